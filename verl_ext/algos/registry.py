@@ -1,0 +1,1 @@
+"""Registrations with verl's advantage-estimator registry (filled in by the foundation work)."""
