@@ -1,0 +1,147 @@
+"""The batch -> estimator routing on real verl DataProto objects, and the history in checkpoints."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
+from tests.unit.helpers import outcome_batch, uids
+from verl_ext import GroupEntropyHistory
+from verl_ext.trainer.advantage import ENTROPY_KEY, compute_extension_advantage, estimator_kwargs
+from verl_ext.trainer.legacy import ExtRayPPOTrainer
+from verl_ext.trainer.mixin import STATE_FILE, EntropyAdvantageMixin
+
+
+def make_batch(n_groups=3, size=4, width=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    n = n_groups * size
+    R, M = outcome_batch(torch.randint(0, 2, (n,), generator=gen).float(),
+                         torch.randint(1, width + 1, (n,), generator=gen), width=width)
+    tensors = {"token_level_rewards": R, "response_mask": M, "old_log_probs": -torch.rand(n, width, generator=gen),
+               ENTROPY_KEY: torch.rand(n, width, generator=gen) + 0.1}
+    non_tensors = {"uid": uids(*[size] * n_groups),
+                   "data_source": np.array(["a", "b", "a"][: n_groups] * size, dtype=object).reshape(size, -1).T
+                   .reshape(-1)}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def algo(estimator, **nodes):
+    return OmegaConf.create({"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, **nodes})
+
+
+def test_estimator_kwargs_read_entropy_logprobs_and_data_source():
+    data = make_batch()
+    history = GroupEntropyHistory()
+    kw = estimator_kwargs(data, algo("gepo"), history)
+    assert kw["entropy"] is data.batch[ENTROPY_KEY] and kw["old_log_probs"] is data.batch["old_log_probs"]
+    assert list(kw["data_source"]) == list(data.non_tensor_batch["data_source"])
+    assert kw["entropy_history"] is history and "rollout_log_probs" not in kw
+
+
+@pytest.mark.parametrize("estimator", ["edge_grpo", "gepo"])
+def test_compute_extension_advantage_matches_direct_call_and_logs(estimator):
+    data = make_batch()
+    cfg = algo(estimator, gepo={"stats_scope": "per_data_source"})
+    direct, _ = get_adv_estimator_fn(estimator)(**estimator_kwargs(data, cfg, GroupEntropyHistory()))
+    history = GroupEntropyHistory()
+    data, metrics = compute_extension_advantage(data, estimator, cfg, history)
+    torch.testing.assert_close(data.batch["advantages"], direct)
+    assert "verl_ext/collapsed_group_frac" in metrics and "verl_ext/response_entropy_mean" in metrics
+    assert "verl_ext/adv_var" in metrics
+    if estimator == "gepo":
+        assert history.scopes() == ["a", "b"] and "gepo/a/H_low" in metrics
+    else:
+        assert "edge_grpo/factor_mean" in metrics
+
+
+def bare_legacy_trainer(estimator, tmp_path=None, step=0):
+    trainer = ExtRayPPOTrainer.__new__(ExtRayPPOTrainer)  # no workers: only the routing is exercised
+    trainer.config = OmegaConf.create({
+        "algorithm": algo(estimator),
+        "trainer": {"default_local_dir": str(tmp_path or "."), "resume_mode": "auto", "resume_from_path": None},
+    })
+    trainer.global_steps = step
+    return trainer
+
+
+def test_legacy_fit_routes_verl_compute_advantage_and_restores_it(monkeypatch):
+    seen = {}
+
+    def fake_fit(self):  # what verl's fit() does at ray_trainer.py:1667
+        data = make_batch()
+        seen["data"] = ray_trainer.compute_advantage(data, adv_estimator="gepo", gamma=1.0, lam=1.0, num_repeat=4,
+                                                     norm_adv_by_std_in_grpo=True, config=self.config.algorithm)
+        seen["grpo"] = ray_trainer.compute_advantage(make_batch(), adv_estimator="grpo", config=self.config.algorithm)
+
+    verl_fn = ray_trainer.compute_advantage
+    monkeypatch.setattr(RayPPOTrainer, "fit", fake_fit)
+    trainer = bare_legacy_trainer("gepo")
+    trainer.fit()
+    assert ray_trainer.compute_advantage is verl_fn  # restored after fit
+    assert ENTROPY_KEY not in seen["data"].batch.keys()  # not shipped to the actor update
+    assert trainer.entropy_history.num_updates() == 1
+    assert "gepo/frac_pos_attenuated" in trainer._ext_take_metrics()
+    expected = verl_fn(make_batch(), adv_estimator="grpo", config=trainer.config.algorithm)
+    torch.testing.assert_close(seen["grpo"].batch["advantages"], expected.batch["advantages"])  # verl's own path
+
+
+class CheckpointingTrainer(EntropyAdvantageMixin):
+    def __init__(self, root, step, mode="auto", path=None):
+        self.config = OmegaConf.create({"algorithm": algo("gepo"), "trainer": {
+            "default_local_dir": str(root), "resume_mode": mode, "resume_from_path": path}})
+        self.global_steps = step
+
+
+def test_history_is_saved_in_the_step_folder_and_restored(tmp_path):
+    trainer = CheckpointingTrainer(tmp_path, 3)
+    trainer.entropy_history.update("global", 0.4, 0.9, gamma=0.01)
+    trainer.entropy_history.update("global", 0.5, 1.0, gamma=0.01)
+    trainer._ext_save_state()
+    path = tmp_path / "global_step_3" / STATE_FILE
+    assert json.loads(path.read_text())["entropy_history"] == trainer.entropy_history.state_dict()
+    resumed = CheckpointingTrainer(tmp_path, 3)
+    resumed._ext_load_state()
+    assert resumed.entropy_history.state_dict() == trainer.entropy_history.state_dict()
+    by_path = CheckpointingTrainer(tmp_path / "elsewhere", 3, "resume_path", str(tmp_path / "global_step_3"))
+    by_path._ext_load_state()
+    assert by_path.entropy_history.thresholds() == trainer.entropy_history.thresholds()
+    fresh = CheckpointingTrainer(tmp_path, 0)
+    fresh._ext_load_state()
+    assert len(fresh.entropy_history) == 0
+
+
+def test_legacy_checkpoint_writes_history_before_verl_marks_the_step(tmp_path, monkeypatch):
+    order = []
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint",
+                        lambda self: order.append(os.path.exists(tmp_path / "global_step_2" / STATE_FILE)))
+    trainer = bare_legacy_trainer("gepo", tmp_path, step=2)
+    trainer._save_checkpoint()
+    assert order == [True]
+
+
+def test_v1_trainers_are_extended_per_mode_keeping_verl_mode_names():
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    from verl_ext.trainer.v1 import EntropyAdvantageV1Mixin, _fit_width, install_extension_trainers
+
+    before = dict(TRAINER_REGISTRY)
+    try:
+        install_extension_trainers()
+        for mode, cls in TRAINER_REGISTRY.items():
+            assert issubclass(cls, EntropyAdvantageV1Mixin) and issubclass(cls, before[mode])
+        install_extension_trainers()  # idempotent
+        assert all(TRAINER_REGISTRY[m].__bases__ == (EntropyAdvantageV1Mixin, before[m]) for m in before)
+    finally:
+        TRAINER_REGISTRY.clear()
+        TRAINER_REGISTRY.update(before)
+    like = torch.zeros(2, 4)
+    assert _fit_width(torch.ones(2, 3), like).tolist() == [[1, 1, 1, 0]] * 2
+    assert _fit_width(torch.ones(2, 6), like).shape == (2, 4)

@@ -1,0 +1,135 @@
+"""GEPO — Group Entropy-Controlled Policy Optimization (arXiv 2607.16850), Eq. 4, 7, 8-9.
+
+    H_g  = −Σ_i Σ_t log π(y_it) / Σ_i T_i                 (Eq. 4, "token_mean": sampled-token NLL pooled over the group)
+    Ĥ_low = μ_H − β_low·σ_H,  Ĥ_high = μ_H + β_high·σ_H  (Eq. 8, μ/σ over the batch's groups, population std)
+    H_*  ← (1 − γ)·H_* + γ·Ĥ_*                            (Eq. 9, GroupEntropyHistory)
+    Â_i  = α_low·A_i   if A_i > 0 and H_g < H_low         (Eq. 7: damp positives in confident groups)
+         = α_high·A_i  if A_i < 0 and H_g > H_high        (        damp negatives in exploring groups)
+         = A_i         otherwise
+
+Groups whose H_g is not finite (NaN log-probs, no response tokens) are left out of μ/σ, never shaped, and counted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from verl_ext.algos.groups import group_count, group_sum
+from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
+
+ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")
+
+
+def group_entropy(
+    estimator: str,
+    response_mask: torch.Tensor,
+    gid: torch.Tensor,
+    num_groups: int,
+    log_probs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """H_g for each group, (G,). ``log_probs`` are the sampled tokens' log-probs, ``entropy`` full-vocab entropy."""
+    mask = response_mask.to(torch.bool)
+    source = entropy if estimator == "full_entropy" else log_probs
+    if source is None:
+        needs = "entropy" if estimator == "full_entropy" else "old_log_probs"
+        raise ValueError(f"GEPO entropy_estimator={estimator!r} needs {needs}")
+    per_token = source.float() if estimator == "full_entropy" else -source.float()
+    per_token = torch.where(mask, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
+    resp_sum = per_token.sum(-1)
+    resp_len = mask.sum(-1).to(resp_sum.dtype)
+    if estimator in ("token_mean", "full_entropy"):
+        return group_sum(resp_sum, gid, num_groups) / group_sum(resp_len, gid, num_groups)
+    if estimator == "sum_mean":  # Intern-S2 (Eq. 25): per-response sum, averaged over the K responses
+        return group_sum(resp_sum, gid, num_groups) / group_count(gid, num_groups, resp_sum.dtype)
+    if estimator == "resp_mean_of_means":
+        return group_sum(resp_sum / resp_len, gid, num_groups) / group_count(gid, num_groups, resp_sum.dtype)
+    raise ValueError(f"unknown GEPO entropy_estimator {estimator!r}; allowed: {ENTROPY_ESTIMATORS}")
+
+
+def threshold_estimate(h: torch.Tensor, beta_low: float, beta_high: float, unbiased: bool = False):
+    """(Ĥ_low, Ĥ_high, μ, σ) from the group entropies ``h`` of one scope (Eq. 8)."""
+    mu = h.mean()
+    sigma = h.std(unbiased=True) if (unbiased and h.numel() > 1) else h.std(unbiased=False)
+    return (mu - beta_low * sigma).item(), (mu + beta_high * sigma).item(), mu.item(), sigma.item()
+
+
+def gepo_shape(
+    adv: torch.Tensor, h_group: torch.Tensor, h_low: torch.Tensor, h_high: torch.Tensor, gid: torch.Tensor,
+    alpha_low: float, alpha_high: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 7 on (B,) advantages given per-group H_g, H_low, H_high (G,). Returns (Â, damped_pos, damped_neg)."""
+    h = h_group[gid]
+    damp_pos = (adv > 0) & (h < h_low[gid])
+    damp_neg = (adv < 0) & (h > h_high[gid])
+    shaped = torch.where(damp_pos, alpha_low * adv, torch.where(damp_neg, alpha_high * adv, adv))
+    return shaped, damp_pos, damp_neg
+
+
+def gepo_advantage(
+    adv: torch.Tensor,
+    h_group: torch.Tensor,
+    gid: torch.Tensor,
+    group_scope: np.ndarray,
+    history: GroupEntropyHistory,
+    *,
+    alpha_low: float = 0.5,
+    alpha_high: float = 0.2,
+    beta_low: float = 0.2,
+    beta_high: float = 0.3,
+    ema_gamma: float = 0.01,
+    std_unbiased: bool = False,
+    update_before_shaping: bool = True,
+    stats_group_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Shape (B,) advantages by their group's entropy against each scope's thresholds; updates ``history``.
+
+    ``group_scope`` (G,) names each group's scope ("global", or its data_source); ``stats_group_mask`` (G,) picks
+    the groups that enter μ/σ (default all; finite H_g is always required).
+    """
+    finite = torch.isfinite(h_group)
+    in_stats = finite if stats_group_mask is None else finite & stats_group_mask
+    h_low = torch.full_like(h_group, -float("inf"))  # no thresholds yet -> nothing is shaped
+    h_high = torch.full_like(h_group, float("inf"))
+    stats: dict[str, float] = {}
+    scopes = np.unique(group_scope)
+    prefixes = {scope: "gepo" if scope == GLOBAL_SCOPE else f"gepo/{scope}" for scope in scopes}
+    pending = []  # (scope, estimate) folded in after shaping when update_before_shaping is False
+    for scope in scopes:  # a handful of scopes at most, never one per group
+        members = torch.from_numpy(np.asarray(group_scope == scope))
+        chosen = members & in_stats
+        estimate = None
+        if chosen.any():
+            lo_hat, hi_hat, mu, sigma = threshold_estimate(h_group[chosen], beta_low, beta_high, std_unbiased)
+            estimate = (lo_hat, hi_hat)
+            stats.update({f"{prefixes[scope]}/H_mean": mu, f"{prefixes[scope]}/H_std": sigma})
+        if estimate is not None and (update_before_shaping or history.thresholds(scope) is None):
+            history.update(scope, *estimate, gamma=ema_gamma)  # also seeds the EMA on the first batch
+        elif estimate is not None:
+            pending.append((scope, estimate))
+        current = history.thresholds(scope)
+        if current is not None:
+            h_low[members & finite], h_high[members & finite] = current
+            stats.update({f"{prefixes[scope]}/H_low": current[0], f"{prefixes[scope]}/H_high": current[1]})
+    for scope, estimate in pending:
+        history.update(scope, *estimate, gamma=ema_gamma)
+
+    shaped, damp_pos, damp_neg = gepo_shape(adv, h_group, h_low, h_high, gid, alpha_low, alpha_high)
+    stats.update(_attenuation_fractions("gepo", adv, damp_pos, damp_neg))
+    if any(scope != GLOBAL_SCOPE for scope in scopes):
+        scope_of_response = group_scope[gid.cpu().numpy()]
+        for scope in scopes:
+            rows = torch.from_numpy(np.asarray(scope_of_response == scope))
+            stats.update(_attenuation_fractions(prefixes[scope], adv[rows], damp_pos[rows], damp_neg[rows]))
+    stats["gepo/nonfinite_group_entropy_count"] = float((~finite).sum().item())
+    return shaped, stats
+
+
+def _attenuation_fractions(prefix, adv, damp_pos, damp_neg) -> dict[str, float]:
+    """Share of the positive (negative) advantages that were damped."""
+    n_pos, n_neg = (adv > 0).sum().item(), (adv < 0).sum().item()
+    return {
+        f"{prefix}/frac_pos_attenuated": damp_pos.sum().item() / max(n_pos, 1),
+        f"{prefix}/frac_neg_attenuated": damp_neg.sum().item() / max(n_neg, 1),
+    }

@@ -1,0 +1,155 @@
+"""Configuration of verl_ext's algorithm nodes: ``algorithm.edge_grpo`` and ``algorithm.gepo``.
+
+These dataclasses are the single source of defaults and validation.  ``register_structured_configs`` puts them in
+Hydra's ConfigStore, and ``hydra_configs/verl_ext.yaml`` only composes them under ``algorithm`` next to verl's
+own ``ppo_trainer`` config.  The estimators accept the ``algorithm`` node as a DictConfig, a plain dict or verl's
+``AlgoConfig``; a missing sub-node or key means the paper's default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from verl_ext.algos.gepo import ENTROPY_ESTIMATORS
+
+ADV_ESTIMATORS = ("edge_grpo", "gepo")
+
+
+class ConfigError(ValueError):
+    """A verl_ext configuration value is out of range; the message names the key and what is allowed."""
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {allowed}")
+
+
+def _choice(key: str, value: str, options) -> None:
+    _check(value in options, key, value, f"must be one of {list(options)}")
+
+
+def _unit_interval(key: str, value: float, open_low: bool = False) -> None:
+    low_ok = value > 0 if open_low else value >= 0
+    _check(isinstance(value, (int, float)) and low_ok and value <= 1, key, value,
+           f"must be in {'(' if open_low else '['}0, 1]")
+
+
+@dataclass
+class EdgeGrpoConfig:
+    """Entropy-Driven Advantage (EDGE-GRPO). Defaults reproduce the official code (no clamp)."""
+
+    entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
+    factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
+    factor_max: Optional[float] = None
+
+    def validate(self, prefix: str = "algorithm.edge_grpo") -> "EdgeGrpoConfig":
+        _check(self.entropy_eps >= 0, f"{prefix}.entropy_eps", self.entropy_eps, "must be >= 0")
+        for name in ("factor_min", "factor_max"):
+            value = getattr(self, name)
+            _check(value is None or value > 0, f"{prefix}.{name}", value, "must be null or > 0")
+        if self.factor_min is not None and self.factor_max is not None:
+            _check(self.factor_min <= self.factor_max, f"{prefix}.factor_min", self.factor_min,
+                   f"must be <= {prefix}.factor_max={self.factor_max}")
+        return self
+
+
+@dataclass
+class GepoConfig:
+    """Group Entropy-Controlled Policy Optimization. Bold defaults of the spec; the rest are INFERRED options."""
+
+    alpha_low: float = 0.5  # multiplier of positive advantages in low-entropy groups
+    alpha_high: float = 0.2  # multiplier of negative advantages in high-entropy groups
+    beta_low: float = 0.2  # H_low = mu - beta_low * sigma
+    beta_high: float = 0.3  # H_high = mu + beta_high * sigma
+    ema_gamma: float = 0.01  # H <- (1 - gamma) H + gamma * estimate
+    enforce_alpha_order: bool = True  # the paper: alpha_high >= alpha_low causes length collapse
+    entropy_estimator: str = "token_mean"  # token_mean (paper) | sum_mean (Intern-S2) | resp_mean_of_means | full_entropy
+    logprob_source: str = "old"  # old (recomputed old_log_probs) | rollout (rollout_log_probs)
+    std_unbiased: bool = False
+    update_before_shaping: bool = True
+    stats_scope: str = "global"  # global (paper) | per_data_source (extension)
+    stats_include_degenerate_groups: bool = True  # zero-reward-variance groups enter mu/sigma
+    base: str = "grpo"  # grpo (paper) | edge_grpo: shape EDA advantages instead
+
+    def validate(self, prefix: str = "algorithm.gepo") -> "GepoConfig":
+        _unit_interval(f"{prefix}.alpha_low", self.alpha_low)
+        _unit_interval(f"{prefix}.alpha_high", self.alpha_high)
+        _check(self.beta_low >= 0, f"{prefix}.beta_low", self.beta_low, "must be >= 0")
+        _check(self.beta_high >= 0, f"{prefix}.beta_high", self.beta_high, "must be >= 0")
+        _unit_interval(f"{prefix}.ema_gamma", self.ema_gamma, open_low=True)
+        if self.enforce_alpha_order:
+            _check(self.alpha_high < self.alpha_low, f"{prefix}.alpha_high", self.alpha_high,
+                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO §2.3: a harder low-entropy intervention "
+                   f"causes length collapse); set {prefix}.enforce_alpha_order=false to run it anyway")
+        _choice(f"{prefix}.entropy_estimator", self.entropy_estimator, ENTROPY_ESTIMATORS)
+        _choice(f"{prefix}.logprob_source", self.logprob_source, ("old", "rollout"))
+        _choice(f"{prefix}.stats_scope", self.stats_scope, ("global", "per_data_source"))
+        _choice(f"{prefix}.base", self.base, ("grpo", "edge_grpo"))
+        return self
+
+
+@dataclass
+class ExtAlgorithmConfig:
+    edge_grpo: EdgeGrpoConfig = field(default_factory=EdgeGrpoConfig)
+    gepo: GepoConfig = field(default_factory=GepoConfig)
+
+
+def _sub_node(algo_cfg: Any, name: str) -> dict:
+    if algo_cfg is None:
+        return {}
+    if isinstance(algo_cfg, dict):
+        node = algo_cfg.get(name)
+    elif hasattr(algo_cfg, "get") and not dataclasses.is_dataclass(algo_cfg):  # DictConfig
+        node = algo_cfg.get(name, None)
+    else:
+        node = getattr(algo_cfg, name, None)
+    if node is None:
+        return {}
+    if dataclasses.is_dataclass(node):
+        return dataclasses.asdict(node)
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(node, DictConfig):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(node)
+
+
+def _build(cls, values: dict, prefix: str):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {[f'{prefix}.{k}' for k in unknown]}; allowed: {sorted(names)}")
+    return cls(**values).validate(prefix)
+
+
+def load_algorithm_config(algo_cfg: Any) -> ExtAlgorithmConfig:
+    """Read and validate ``algorithm.edge_grpo`` and ``algorithm.gepo`` from verl's ``algorithm`` node."""
+    return ExtAlgorithmConfig(
+        edge_grpo=_build(EdgeGrpoConfig, _sub_node(algo_cfg, "edge_grpo"), "algorithm.edge_grpo"),
+        gepo=_build(GepoConfig, _sub_node(algo_cfg, "gepo"), "algorithm.gepo"),
+    )
+
+
+def algo_get(algo_cfg: Any, key: str, default: Any) -> Any:
+    """A top-level key of verl's algorithm node, whatever its type."""
+    if algo_cfg is None:
+        return default
+    if isinstance(algo_cfg, dict) or (hasattr(algo_cfg, "get") and not dataclasses.is_dataclass(algo_cfg)):
+        value = algo_cfg.get(key, default)
+    else:
+        value = getattr(algo_cfg, key, default)
+    return default if value is None else value
+
+
+def register_structured_configs() -> None:
+    """Put the dataclasses in Hydra's ConfigStore as ``verl_ext/edge_grpo`` and ``verl_ext/gepo``."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(group="verl_ext", name="edge_grpo", node=EdgeGrpoConfig)
+    store.store(group="verl_ext", name="gepo", node=GepoConfig)

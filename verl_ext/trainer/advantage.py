@@ -1,0 +1,88 @@
+"""One function for both trainers: a verl batch -> estimator arguments -> advantages + metrics.
+
+Data flows one way: the trainer hands a DataProto (token_level_rewards, response_mask, old_log_probs, the
+old-log-prob pass's per-token ``entropy``, uid and data_source); this module turns it into the keyword arguments
+of the registered estimator, calls it through verl's registry, writes ``advantages``/``returns`` back and returns
+the step's metrics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+from verl_ext.algos.groups import group_ids, group_mean_std, masked_row_mean
+from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.config import ADV_ESTIMATORS
+
+# per-token entropy of the old-log-prob pass: v1's TransferQueue field name, and the key under which the legacy
+# trainer keeps a copy (verl's legacy fit() pops its own "entropys" before computing advantages)
+ENTROPY_KEY = "entropy"
+
+
+def is_extension_estimator(adv_estimator) -> bool:
+    return str(getattr(adv_estimator, "value", adv_estimator)) in ADV_ESTIMATORS
+
+
+def estimator_kwargs(data: DataProto, config, history: GroupEntropyHistory | None) -> dict:
+    """The keyword arguments of verl_ext's estimators, read from a batch (optional inputs only when present)."""
+    kwargs = {
+        "token_level_rewards": data.batch["token_level_rewards"],
+        "response_mask": data.batch["response_mask"],
+        "index": data.non_tensor_batch["uid"],
+        "config": config,
+        "entropy_history": history,
+    }
+    for key, name in ((ENTROPY_KEY, "entropy"), ("old_log_probs", "old_log_probs"),
+                      ("rollout_log_probs", "rollout_log_probs")):
+        if key in data.batch.keys():
+            kwargs[name] = data.batch[key]
+    if "data_source" in data.non_tensor_batch:
+        kwargs["data_source"] = data.non_tensor_batch["data_source"]
+    return kwargs
+
+
+def batch_diagnostics(kwargs: dict, advantages: torch.Tensor) -> dict[str, float]:
+    """Collapse, advantage variance and response entropy of one step (for any verl_ext estimator)."""
+    mask = kwargs["response_mask"]
+    scores = kwargs["token_level_rewards"].sum(-1).float()
+    gid, num_groups = group_ids(kwargs["index"])
+    _, reward_std, count = group_mean_std(scores, gid, num_groups)
+    multi = count > 1
+    per_response_adv, _ = masked_row_mean(advantages.float(), mask)
+    per_response_adv = torch.nan_to_num(per_response_adv, nan=0.0)  # empty responses carry no advantage
+    metrics = {
+        "verl_ext/collapsed_group_frac": ((reward_std == 0) & multi).sum().item() / max(multi.sum().item(), 1),
+        "verl_ext/singleton_group_count": float((~multi).sum().item()),
+        "verl_ext/adv_var": per_response_adv.var().item() if per_response_adv.numel() > 1 else 0.0,
+        "verl_ext/empty_response_count": float((mask.sum(-1) == 0).sum().item()),
+    }
+    if kwargs.get("entropy") is not None:
+        h_resp, _ = masked_row_mean(kwargs["entropy"].float(), mask)
+        h_resp = h_resp[torch.isfinite(h_resp)]
+        if h_resp.numel():
+            metrics["verl_ext/response_entropy_mean"] = h_resp.mean().item()
+            metrics["verl_ext/response_entropy_std"] = h_resp.std(unbiased=False).item()
+    return metrics
+
+
+def compute_extension_advantage(
+    data: DataProto, adv_estimator: str, config, history: GroupEntropyHistory | None
+) -> tuple[DataProto, dict[str, float]]:
+    """Run a verl_ext estimator on ``data`` in place; returns (data, metrics)."""
+    kwargs = estimator_kwargs(data, config, history)
+    metrics: dict[str, float] = {}
+    advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    metrics.update(batch_diagnostics(kwargs, advantages))
+    return data, metrics
+
+
+def as_object_array(values) -> np.ndarray:
+    """A non-tensor column fetched from TransferQueue (list, NonTensorStack, ndarray) as verl's object array."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return np.array(list(values), dtype=object)

@@ -1,0 +1,51 @@
+"""verl's legacy ``RayPPOTrainer`` (``trainer.use_v1=false``) with verl_ext's advantage routing.
+
+Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys`` at
+ray_trainer.py:1601), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
+legacy loop, looked up at call time) through the shared function while it runs, ``_update_actor`` adds the step's
+metrics to the actor metrics that ``fit()`` logs, and the checkpoint hooks save/restore the entropy history.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
+
+from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator
+from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
+
+
+class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
+    def _compute_old_log_prob(self, batch):
+        old_log_prob, mfu = super()._compute_old_log_prob(batch)
+        if self._ext_active():
+            old_log_prob.batch[ENTROPY_KEY] = old_log_prob.batch["entropys"]
+        return old_log_prob, mfu
+
+    def fit(self):
+        with replaced(ray_trainer, "compute_advantage", self._routed_compute_advantage) as verl_compute_advantage:
+            self._verl_compute_advantage = verl_compute_advantage
+            return super().fit()
+
+    def _routed_compute_advantage(self, data, adv_estimator, *args, **kwargs):
+        if not is_extension_estimator(adv_estimator):
+            return self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)
+        if "response_mask" not in data.batch.keys():
+            data.batch["response_mask"] = compute_response_mask(data)
+        data = self._ext_compute_advantage(data)
+        data.batch.pop(ENTROPY_KEY, None)  # not needed by the actor update
+        return data
+
+    def _update_actor(self, batch):
+        actor_output = super()._update_actor(batch)
+        actor_output.meta_info["metrics"].update(self._ext_take_metrics())
+        return actor_output
+
+    def _save_checkpoint(self):
+        self._ext_save_state()
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        self._ext_load_state()
+        return result

@@ -1,0 +1,95 @@
+"""The trainer-side glue shared by verl's v1 and legacy trainers.
+
+It owns the run's GroupEntropyHistory on the driver, routes each step's batch to the estimator through
+``compute_extension_advantage`` and keeps the history in every checkpoint (``global_step_N/verl_ext_state.json``,
+written before verl writes its ``latest_checkpointed_iteration.txt``, so a checkpoint verl can resume from always
+has it).  Any other ``adv_estimator`` goes through verl untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+
+from verl import DataProto
+
+from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "verl_ext_state.json"
+
+
+@contextlib.contextmanager
+def replaced(module, name: str, replacement):
+    """Rebind ``module.name`` for the duration of the block (verl looks these names up at call time)."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    try:
+        yield original
+    finally:
+        setattr(module, name, original)
+
+
+class EntropyAdvantageMixin:
+    """Mixed in front of a verl trainer class; see ``v1.py`` and ``legacy.py`` for the per-trainer hooks."""
+
+    @property
+    def entropy_history(self) -> GroupEntropyHistory:
+        if getattr(self, "_entropy_history", None) is None:
+            self._entropy_history = GroupEntropyHistory()
+        return self._entropy_history
+
+    def _ext_active(self) -> bool:
+        return is_extension_estimator(self.config.algorithm.adv_estimator)
+
+    def _ext_compute_advantage(self, data: DataProto) -> DataProto:
+        data, metrics = compute_extension_advantage(
+            data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history
+        )
+        self._ext_metrics = metrics
+        return data
+
+    def _ext_take_metrics(self) -> dict[str, float]:
+        metrics, self._ext_metrics = getattr(self, "_ext_metrics", None) or {}, None
+        return metrics
+
+    # ---- checkpoints -------------------------------------------------------------------------------------------
+    def _ext_step_dir(self) -> str:
+        root = self.config.trainer.default_local_dir
+        if not os.path.isabs(root):
+            root = os.path.join(os.getcwd(), root)
+        return os.path.join(root, f"global_step_{self.global_steps}")
+
+    def _ext_save_state(self) -> None:
+        step_dir = self._ext_step_dir()
+        os.makedirs(step_dir, exist_ok=True)
+        state = {"global_step": self.global_steps, "entropy_history": self.entropy_history.state_dict()}
+        tmp = os.path.join(step_dir, STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(tmp, os.path.join(step_dir, STATE_FILE))  # atomic: never a half-written state
+
+    def _ext_load_state(self) -> None:
+        if self.global_steps <= 0:
+            return  # training from scratch
+        trainer_cfg = self.config.trainer
+        if trainer_cfg.resume_mode == "resume_path":
+            step_dir = trainer_cfg.resume_from_path
+            if not os.path.isabs(step_dir):
+                step_dir = os.path.join(os.getcwd(), step_dir)
+        else:
+            step_dir = self._ext_step_dir()
+        path = os.path.join(step_dir, STATE_FILE)
+        if not os.path.exists(path):
+            # a checkpoint written without verl_ext (or by a run of another estimator): there is no state to lose
+            logger.warning("verl_ext: %s not found; GEPO thresholds start from the next batch", path)
+            print(f"[verl_ext] WARNING: no {STATE_FILE} in {step_dir}; entropy history starts fresh")
+            return
+        with open(path) as f:
+            state = json.load(f)
+        self.entropy_history.load_state_dict(state["entropy_history"])
+        print(f"[verl_ext] restored entropy history from {path}: {self.entropy_history}")

@@ -1,0 +1,32 @@
+"""verl's TaskRunners (the Ray actor that hosts the trainer, i.e. the driver), pointed at verl_ext's trainers.
+
+Both of verl's runners pick their trainer class by a lookup at call time (v1: the trainer registry; legacy:
+``main_ppo_v0.RayPPOTrainer``, hard-coded at main_ppo_v0.py:218), so each runner here redirects that lookup inside
+its own process and then runs verl's ``run`` unchanged.
+"""
+
+from __future__ import annotations
+
+import ray
+from verl.trainer.main_ppo import TaskRunnerV1
+from verl.trainer.main_ppo_v0 import TaskRunner
+
+
+@ray.remote
+class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
+    def run(self, config):
+        from verl_ext.trainer.v1 import install_extension_trainers
+
+        install_extension_trainers()
+        return super().run(config)
+
+
+@ray.remote
+class ExtTaskRunnerLegacy(TaskRunner.__ray_actor_class__):
+    def run(self, config):
+        import verl.trainer.main_ppo_v0 as main_ppo_v0
+
+        from verl_ext.trainer.legacy import ExtRayPPOTrainer
+
+        main_ppo_v0.RayPPOTrainer = ExtRayPPOTrainer  # this actor's process only
+        return super().run(config)

@@ -1,0 +1,73 @@
+"""verl's v1 trainers (``trainer.use_v1=true``; sync, colocate_async, separate_async) with verl_ext's routing.
+
+``_compute_advantage`` fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy`` and
+``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
+trainer_base (looked up at call time) through the shared function for verl_ext estimators; everything else in
+verl's step (KL-in-reward, rollout correction, writing advantages back) stays verl's.
+"""
+
+from __future__ import annotations
+
+import torch
+import transfer_queue as tq
+from verl.trainer.ppo.v1 import trainer_base
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
+
+from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator
+from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
+
+
+class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
+    def _compute_advantage(self, batch, metrics):
+        if not self._ext_active():
+            return super()._compute_advantage(batch, metrics)
+        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                select_fields=["entropy", "response_mask", "data_source"])
+        data_source = extra.pop("data_source", None)
+        entropy = extra.to_padded_tensor()["entropy"]
+
+        def routed(data, batch_keys, adv_estimator, *args, **kwargs):
+            if not is_extension_estimator(adv_estimator):
+                return verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
+            data.batch[ENTROPY_KEY] = _fit_width(entropy, data.batch["response_mask"])
+            if data_source is not None:
+                data.non_tensor_batch["data_source"] = as_object_array(data_source)
+            return self._ext_compute_advantage(data)
+
+        with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
+            batch = super()._compute_advantage(batch, metrics)
+        metrics.update(self._ext_take_metrics())
+        return batch
+
+    def _save_checkpoint(self):
+        self._ext_save_state()
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        self._ext_load_state()
+        return result
+
+
+def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Right-pad or cut a separately padded (B, T') field to the (B, T) layout of ``like``."""
+    width = like.shape[-1]
+    values = values[..., :width]
+    if values.shape[-1] < width:
+        values = torch.nn.functional.pad(values, (0, width - values.shape[-1]))
+    return values.to(like.device)
+
+
+def extended_trainer_cls(base: type[PPOTrainer]) -> type[PPOTrainer]:
+    if issubclass(base, EntropyAdvantageV1Mixin):
+        return base
+    return type(f"Ext{base.__name__}", (EntropyAdvantageV1Mixin, base), {"__module__": __name__})
+
+
+def install_extension_trainers() -> None:
+    """In this (driver) process, map every v1 trainer mode to its verl_ext subclass.
+
+    The mode names stay verl's own ("sync", ...) because verl branches on them (e.g. trainer_mode != "sync").
+    """
+    for mode, cls in list(TRAINER_REGISTRY.items()):
+        TRAINER_REGISTRY[mode] = extended_trainer_cls(cls)
