@@ -1,4 +1,4 @@
-"""Configuration of verl_ext's algorithm nodes: ``algorithm.edge_grpo`` and ``algorithm.gepo``.
+"""Configuration of verl_ext's algorithm nodes: ``algorithm.edge_grpo``, ``algorithm.gepo``, ``algorithm.gec``.
 
 These dataclasses are the single source of defaults and validation.  ``register_structured_configs`` puts them in
 Hydra's ConfigStore, and ``hydra_configs/verl_ext.yaml`` only composes them under ``algorithm`` next to verl's
@@ -90,10 +90,49 @@ class GepoConfig:
         return self
 
 
+ANSWER_PLACEHOLDER = "{answer}"
+
+
+@dataclass
+class GecConfig:
+    """Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline; applied to training rollouts only."""
+
+    enable: bool = False
+    mode: str = "gec"  # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only)
+    p_reflect: float = 0.5
+    p_answer: float = 0.25
+    p_solution: float = 0.25
+    cue: str = " Wait! Something is wrong here."
+    answer_template: str = (
+        "\nWait! Something is wrong here. After verification, the correct answer is \\boxed{" + ANSWER_PLACEHOLDER + "}."
+    )
+    correct_threshold: float = 1.0  # a response is wrong when its reward is below this
+    max_continuation_tokens: int = 256
+    prompt_length_gate: Optional[int] = 256  # skip GEC for prompts with >= this many tokens (original); null: never
+    mask_injected: bool = False  # original: injected tokens are trained as policy tokens
+    solution_key: str = "solution"  # where the reference solution sits: extra_info[solution_key]
+    seed: int = 0
+
+    def validate(self, prefix: str = "algorithm.gec") -> "GecConfig":
+        _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
+        for name in ("p_reflect", "p_answer", "p_solution"):
+            _unit_interval(f"{prefix}.{name}", getattr(self, name))
+        total = self.p_reflect + self.p_answer + self.p_solution
+        _check(abs(total - 1.0) < 1e-6, f"{prefix}.p_reflect+p_answer+p_solution", total, "must sum to 1")
+        _check(ANSWER_PLACEHOLDER in self.answer_template, f"{prefix}.answer_template", self.answer_template,
+               f"must contain the placeholder {ANSWER_PLACEHOLDER}")
+        _check(self.max_continuation_tokens >= 0, f"{prefix}.max_continuation_tokens",
+               self.max_continuation_tokens, "must be >= 0")
+        _check(self.prompt_length_gate is None or self.prompt_length_gate > 0, f"{prefix}.prompt_length_gate",
+               self.prompt_length_gate, "must be null or > 0")
+        return self
+
+
 @dataclass
 class ExtAlgorithmConfig:
     edge_grpo: EdgeGrpoConfig = field(default_factory=EdgeGrpoConfig)
     gepo: GepoConfig = field(default_factory=GepoConfig)
+    gec: GecConfig = field(default_factory=GecConfig)
 
 
 def _sub_node(algo_cfg: Any, name: str) -> dict:
@@ -128,10 +167,11 @@ def _build(cls, values: dict, prefix: str):
 
 
 def load_algorithm_config(algo_cfg: Any) -> ExtAlgorithmConfig:
-    """Read and validate ``algorithm.edge_grpo`` and ``algorithm.gepo`` from verl's ``algorithm`` node."""
+    """Read and validate verl_ext's nodes (``algorithm.edge_grpo/gepo/gec``) from verl's ``algorithm`` node."""
     return ExtAlgorithmConfig(
         edge_grpo=_build(EdgeGrpoConfig, _sub_node(algo_cfg, "edge_grpo"), "algorithm.edge_grpo"),
         gepo=_build(GepoConfig, _sub_node(algo_cfg, "gepo"), "algorithm.gepo"),
+        gec=_build(GecConfig, _sub_node(algo_cfg, "gec"), "algorithm.gec"),
     )
 
 
@@ -147,9 +187,10 @@ def algo_get(algo_cfg: Any, key: str, default: Any) -> Any:
 
 
 def register_structured_configs() -> None:
-    """Put the dataclasses in Hydra's ConfigStore as ``verl_ext/edge_grpo`` and ``verl_ext/gepo``."""
+    """Put the dataclasses in Hydra's ConfigStore as ``verl_ext/edge_grpo``, ``verl_ext/gepo``, ``verl_ext/gec``."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     store.store(group="verl_ext", name="edge_grpo", node=EdgeGrpoConfig)
     store.store(group="verl_ext", name="gepo", node=GepoConfig)
+    store.store(group="verl_ext", name="gec", node=GecConfig)

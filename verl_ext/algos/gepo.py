@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from verl_ext.algos.groups import group_count, group_sum
+from verl_ext.algos.groups import group_count, group_sum, masked_row_sum
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 
 ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")
@@ -30,15 +30,14 @@ def group_entropy(
     entropy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """H_g for each group, (G,). ``log_probs`` are the sampled tokens' log-probs, ``entropy`` full-vocab entropy."""
-    mask = response_mask.to(torch.bool)
     source = entropy if estimator == "full_entropy" else log_probs
     if source is None:
         needs = "entropy" if estimator == "full_entropy" else "old_log_probs"
         raise ValueError(f"GEPO entropy_estimator={estimator!r} needs {needs}")
-    per_token = source.float() if estimator == "full_entropy" else -source.float()
-    per_token = torch.where(mask, per_token, torch.zeros((), dtype=per_token.dtype, device=per_token.device))
-    resp_sum = per_token.sum(-1)
-    resp_len = mask.sum(-1).to(resp_sum.dtype)
+    resp_sum = masked_row_sum(source.float(), response_mask)
+    if estimator != "full_entropy":
+        resp_sum = -resp_sum  # sampled-token NLL
+    resp_len = response_mask.sum(-1).to(resp_sum.dtype)
     if estimator in ("token_mean", "full_entropy"):
         return group_sum(resp_sum, gid, num_groups) / group_sum(resp_len, gid, num_groups)
     if estimator == "sum_mean":  # Intern-S2 (Eq. 25): per-response sum, averaged over the K responses

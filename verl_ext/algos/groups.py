@@ -49,12 +49,26 @@ def first_member(gid: torch.Tensor, num_groups: int) -> torch.Tensor:
     return first.scatter_reduce(0, gid, rows, reduce="amin")
 
 
-def masked_row_mean(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean over each row's masked positions, ignoring whatever (even NaN) sits under mask == 0.
+def masked_row_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over each row's masked positions, ignoring whatever (even NaN/inf) sits under mask == 0.
 
-    Returns (mean, n_tokens); rows with no tokens get mean NaN so callers must treat them explicitly.
+    One fused dot product per row (no (B, T) temporary); only rows whose result is not finite are redone with an
+    explicit select, so padding that holds NaN costs nothing unless it is there.
     """
-    mask = mask.to(torch.bool)
+    weights = mask if mask.dtype == values.dtype else mask.to(values.dtype)
+    total = torch.einsum("bt,bt->b", values, weights)
+    bad = ~torch.isfinite(total)
+    if bad.any():
+        rows = bad.nonzero().squeeze(-1)
+        zero = torch.zeros((), dtype=values.dtype, device=values.device)
+        total[rows] = torch.where(weights[rows] != 0, values[rows], zero).sum(-1)
+    return total
+
+
+def masked_row_mean(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean over each row's masked positions (see ``masked_row_sum``); returns (mean, n_tokens).
+
+    Rows with no tokens get mean NaN, so callers must treat them explicitly.
+    """
     n_tokens = mask.sum(-1).to(values.dtype)
-    total = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum(-1)
-    return total / n_tokens, n_tokens
+    return masked_row_sum(values, mask) / n_tokens, n_tokens
