@@ -1,0 +1,212 @@
+"""Fast tests for the embedded toy task (verl_ext.toy). One real build (~8 s) per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+
+import pandas as pd
+import pytest
+
+from verl_ext.toy import ToyAssets, build_toy_assets
+from verl_ext.toy import build as toy_build
+from verl_ext.toy import task as toy_task
+
+TEXTS = ["3+4=?", "hello world", "  two  spaces\nnew\n\nlines\ttab ", "\n", " ", "naïve 中文 ünï", "<think>x</think>"]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> ToyAssets:
+    return build_toy_assets(cache_dir=tmp_path_factory.mktemp("toycache"), verbose=False)
+
+
+@pytest.fixture(scope="module")
+def tok(assets):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(assets.model_path)
+
+
+@pytest.fixture(scope="module")
+def reward(assets):
+    spec = importlib.util.spec_from_file_location("toy_reward_under_test", assets.reward_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, assets.reward_name)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def test_tokenizer_loaded_as_qwen2_and_specials(tok):
+    assert type(tok).__name__ == "Qwen2Tokenizer"
+    assert 260 <= len(tok) <= 264
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<pad>"
+    assert tok.padding_side == "left"
+    for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"):
+        assert len(tok.encode(t, add_special_tokens=False)) == 1
+    # byte ids: token id == byte value
+    assert tok.encode("7", add_special_tokens=False) == [ord("7")]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_tokenizer_round_trip(tok, text):
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) == len(text.encode("utf-8"))  # no merges: one token per byte
+    assert tok.decode(ids) == text
+
+
+def test_newline_is_one_token(tok):
+    assert tok.encode("\n", add_special_tokens=False) == [10]
+
+
+def test_verl_qwen_continuous_token_builder_accepts_tokenizer(tok):
+    ct = pytest.importorskip("verl.utils.tokenizer.continuous_token")
+    ct.QwenContinuousTokenBuilder(tok)  # raises if "\n" is not exactly one token
+
+
+def test_chat_template(tok):
+    msgs = [{"role": "user", "content": "3+4=?"}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\n3+4=?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and len(ids) < 32
+    full = tok.apply_chat_template(msgs + [{"role": "assistant", "content": "7"}], tokenize=False)
+    assert full.endswith("<|im_start|>assistant\n7<|im_end|>\n")
+    # verl decodes responses with skip_special_tokens=True
+    assert tok.decode([ord("7"), tok.eos_token_id], skip_special_tokens=True) == "7"
+
+
+# ---------------------------------------------------------------- reward
+
+
+def test_reward_cases(reward):
+    def s(sol, gt):
+        r = reward("toy_add", sol, gt, extra_info={})
+        assert set(r) == {"score", "acc", "format"}
+        assert all(isinstance(v, float) for v in r.values())
+        return r
+
+    assert s("7", "7") == {"score": 1.0, "acc": 1.0, "format": 1.0}
+    assert s("7<|im_end|>", "7")["acc"] == 1.0  # EOS text kept by the decoder
+    assert s("7<|im_end|><pad>", "7")["score"] == 1.0
+    assert s(" 7\n", "7")["score"] == 1.0
+    assert s("12", "12")["score"] == 1.0
+    assert s("8", "7") == {"score": 0.0, "acc": 0.0, "format": 1.0}
+    assert s("1", "12") == {"score": 0.0, "acc": 0.0, "format": 0.0}
+    for bad in ("77", "a", "", "7x", "7 7", "<|im_end|>7"):
+        assert s(bad, "7")["score"] == 0.0, bad
+
+
+def test_shaped_reward(assets):
+    spec = importlib.util.spec_from_file_location("toy_reward_shaped", assets.reward_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = mod.compute_score_shaped
+    assert f("toy_add", "7", "7") == {"score": 1.0, "acc": 1.0, "format": 1.0}
+    assert f("toy_add", "8", "7")["score"] == pytest.approx(0.3)
+    assert f("toy_add", "77", "7")["score"] == pytest.approx(0.1)  # right digit, wrong length
+    assert f("toy_add2", "1", "12")["score"] == pytest.approx(0.1)  # no first-digit credit
+    assert f("toy_add2", "13", "12")["score"] == pytest.approx(0.3)
+    assert f("toy_add", "x7", "7")["score"] == 0.0
+
+
+# ---------------------------------------------------------------- data
+
+
+def _rows(path):
+    return pd.read_parquet(path).to_dict("records")
+
+
+def test_parquet_schema(assets, reward):
+    for path, split in ((assets.train_parquet, "train"), (assets.val_parquet, "test")):
+        rows = _rows(path)
+        assert rows
+        for i, r in enumerate(rows):
+            assert set(r) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+            prompt = list(r["prompt"])
+            assert len(prompt) == 1 and prompt[0]["role"] == "user"
+            a, b = (int(x) for x in prompt[0]["content"].removesuffix("=?").split("+"))
+            gt = r["reward_model"]["ground_truth"]
+            assert r["reward_model"]["style"] == "rule" and gt == str(a + b)
+            assert r["ability"] == "arith"
+            assert r["data_source"] == ("toy_add" if a + b <= 9 else "toy_add2")
+            ei = r["extra_info"]
+            assert ei["split"] == split and ei["index"] == i and ei["solution"] == gt
+            assert reward(r["data_source"], gt, gt, extra_info=ei)["acc"] == 1.0
+
+
+def test_split_held_out_and_mix(assets):
+    def pairs(path):
+        return {tuple(int(x) for x in list(r["prompt"])[0]["content"][:-2].split("+")) for r in _rows(path)}
+
+    train, val = pairs(assets.train_parquet), pairs(assets.val_parquet)
+    assert not train & val
+    one_val = [p for p in val if sum(p) <= 9]
+    assert one_val, "some one-digit pairs must be held out"
+    tr = _rows(assets.train_parquet)
+    frac_two = sum(r["data_source"] == "toy_add2" for r in tr) / len(tr)
+    assert 0.25 <= frac_two <= 0.35
+    ds = {r["data_source"] for r in _rows(assets.val_parquet)}
+    assert ds == {"toy_add", "toy_add2"}
+    assert toy_task.make_rows() == toy_task.make_rows()  # deterministic
+
+
+# ---------------------------------------------------------------- model + build
+
+
+def test_model_files_and_config(assets):
+    files = set(os.listdir(assets.model_path))
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= files
+    cfg = json.load(open(os.path.join(assets.model_path, "config.json")))
+    assert cfg["model_type"] == "qwen2" and cfg["hidden_size"] == 64 and cfg["num_hidden_layers"] == 2
+    assert cfg["num_attention_heads"] == 4 and cfg["num_key_value_heads"] == 2 and cfg["tie_word_embeddings"]
+    assert cfg["vocab_size"] == 260
+    gen = json.load(open(os.path.join(assets.model_path, "generation_config.json")))
+    assert gen["eos_token_id"] == 258 and gen["pad_token_id"] == 259
+
+
+def test_model_loads_and_warmup_stats(assets, tok):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(assets.model_path)
+    assert m.dtype == torch.float32
+    ev = assets.stats["eval"]
+    # warmed up but not overfit: GRPO needs both signal and entropy
+    assert 0.3 <= ev["train_one"]["acc_t1"] <= 0.6
+    assert ev["val_one"]["acc_t1"] >= 0.2
+    assert ev["train_one"]["entropy_first"] > 0.8
+    assert ev["train_two"]["acc_t1"] < 0.01
+    enc = tok(tok.apply_chat_template([{"role": "user", "content": "3+4=?"}], add_generation_prompt=True, tokenize=False),
+              return_tensors="pt")
+    out = m.generate(**enc, do_sample=False, max_new_tokens=3)
+    assert out.shape[1] <= enc["input_ids"].shape[1] + 3
+
+
+def test_build_is_cached(assets, monkeypatch):
+    assert assets.built
+    root = assets.root
+
+    def boom(*a, **k):
+        raise AssertionError("rebuilt although cached")
+
+    monkeypatch.setattr(toy_build, "_build_into", boom)
+    t0 = time.time()
+    again = build_toy_assets(cache_dir=os.path.dirname(root), verbose=False)
+    assert time.time() - t0 < 1.0
+    assert not again.built and again.root == root and again.model_path == assets.model_path
+    assert again.stats == assets.stats
+    with pytest.raises(AssertionError, match="rebuilt"):
+        build_toy_assets(cache_dir=os.path.dirname(root), force=True, verbose=False)
+    assert os.path.isdir(assets.model_path)  # a failed forced rebuild leaves the cache intact
+    assert not [p for p in os.listdir(os.path.dirname(root)) if p.startswith(".building-")]
+
+
+def test_default_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("VERL_EXT_CACHE", str(tmp_path))
+    assert toy_build.default_cache_dir() == tmp_path
+    monkeypatch.delenv("VERL_EXT_CACHE")
+    assert str(toy_build.default_cache_dir()).endswith(os.path.join(".cache", "verl_ext", "toy"))
