@@ -1,18 +1,32 @@
 """``python -m verl_ext.main [hydra overrides]``: verl's PPO entry point with EDGE-GRPO / GEPO wired in.
 
 Same override grammar as ``python -m verl.trainer.main_ppo``; the config is verl's ``ppo_trainer`` plus the
-``algorithm.edge_grpo`` / ``algorithm.gepo`` nodes (``hydra_configs/verl_ext.yaml``).
+``algorithm.edge_grpo`` / ``algorithm.gepo`` / ``algorithm.gec`` nodes (``hydra_configs/verl_ext.yaml``).
+Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu.yaml``.
 """
 
 from __future__ import annotations
 
+import functools
+
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
 from verl_ext.config import load_algorithm_config, register_structured_configs
 
 register_structured_configs()
+
+
+@functools.lru_cache(maxsize=1)
+def _toy_assets():
+    from verl_ext.toy import build_toy_assets
+
+    return build_toy_assets()
+
+
+# ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml)
+OmegaConf.register_new_resolver("verl_ext_toy", lambda key: getattr(_toy_assets(), key), replace=True)
 
 
 def validate_extension_config(config: DictConfig) -> None:
@@ -47,13 +61,15 @@ def run(config: DictConfig) -> None:
 
     from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
 
+    OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     validate_extension_config(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
 
 
-@hydra.main(config_path="../hydra_configs", config_name="verl_ext", version_base=None)
+# No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
+@hydra.main(config_path="../hydra_configs", config_name="toy_cpu", version_base=None)
 def main(config: DictConfig) -> None:
     run(config)
 

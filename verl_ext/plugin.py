@@ -7,6 +7,8 @@ itself so a broken install fails loudly there.
 """
 
 from verl_ext.cpu import activate_cpu_support_if_needed
-from verl_ext.algos import registry  # noqa: F401  (registers edge_grpo and gepo with register_adv_est)
 
-activate_cpu_support_if_needed()
+activate_cpu_support_if_needed()  # first: the CPU platform must be chosen before verl resolves a device
+
+import verl_ext.algos.registry  # noqa: E402, F401  (registers edge_grpo and gepo with register_adv_est)
+import verl_ext.rollout.gec_agent_loop  # noqa: E402, F401  (registers the gec_agent agent loop)

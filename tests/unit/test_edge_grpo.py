@@ -24,6 +24,7 @@ def test_hand_computed_two_member_group():
     assert torch.equal(adv, ret)
     assert metrics["edge_grpo/factor_max"] == pytest.approx(1.5)
     assert metrics["edge_grpo/unscaled_count"] == 0
+    assert metrics["verl_ext/frac_adv_modified"] == 1.0
 
 
 def test_constant_entropy_equals_verl_grpo():

@@ -37,6 +37,7 @@ def test_hand_computed_shaping_and_thresholds():
     assert metrics["gepo/frac_neg_attenuated"] == pytest.approx(1 / 3)
     assert metrics["gepo/H_mean"] == pytest.approx(0.5)
     assert metrics["gepo/H_low"] == pytest.approx(0.5 - 0.2 * sigma, rel=1e-5)
+    assert metrics["verl_ext/frac_adv_modified"] == pytest.approx(2 / 6)
 
 
 def test_unreachable_thresholds_equal_verl_grpo_exactly():

@@ -34,6 +34,11 @@ def _grpo_base(token_level_rewards, index, config, epsilon):
     return scores, gid, num_groups, grpo_scalar_advantage(scores, gid, num_groups, epsilon, norm)
 
 
+def _modified_fraction(shaped: torch.Tensor, grpo: torch.Tensor) -> dict[str, float]:
+    """Share of responses whose advantage the method changed relative to plain GRPO."""
+    return {"verl_ext/frac_adv_modified": (shaped != grpo).float().mean().item()}
+
+
 def _to_token_level(adv: torch.Tensor, response_mask: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     out = (adv.unsqueeze(-1) * response_mask).to(dtype)
     return out, out
@@ -60,10 +65,11 @@ def compute_edge_grpo_outcome_advantage(
     """EDGE-GRPO's Entropy-Driven Advantage: Â_i = A_i^GRPO · H̄_g / H_i (see ``algos/edge_grpo.py``)."""
     cfg = load_algorithm_config(config)
     with torch.no_grad():
-        _, gid, num_groups, adv = _grpo_base(token_level_rewards, index, config, epsilon)
+        _, gid, num_groups, grpo_adv = _grpo_base(token_level_rewards, index, config, epsilon)
         if num_groups == 0:
-            return _to_token_level(adv, response_mask, token_level_rewards.dtype)
-        adv, stats = _eda(adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo)
+            return _to_token_level(grpo_adv, response_mask, token_level_rewards.dtype)
+        adv, stats = _eda(grpo_adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo)
+        stats.update(_modified_fraction(adv, grpo_adv))
     if metrics is not None:
         metrics.update(stats)
     return _to_token_level(adv, response_mask, token_level_rewards.dtype)
@@ -97,9 +103,10 @@ def compute_gepo_outcome_advantage(
     history = GroupEntropyHistory() if entropy_history is None else entropy_history
     stats: dict[str, float] = {}
     with torch.no_grad():
-        scores, gid, num_groups, adv = _grpo_base(token_level_rewards, index, config, epsilon)
+        scores, gid, num_groups, grpo_adv = _grpo_base(token_level_rewards, index, config, epsilon)
         if num_groups == 0:
-            return _to_token_level(adv, response_mask, token_level_rewards.dtype)
+            return _to_token_level(grpo_adv, response_mask, token_level_rewards.dtype)
+        adv = grpo_adv
         if g.base == "edge_grpo":
             adv, eda_stats = _eda(adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo)
             stats.update(eda_stats)
@@ -123,6 +130,7 @@ def compute_gepo_outcome_advantage(
             stats_group_mask=stats_mask,
         )
         stats.update(gepo_stats)
+        stats.update(_modified_fraction(adv, grpo_adv))
     if metrics is not None:
         metrics.update(stats)
     return _to_token_level(adv, response_mask, token_level_rewards.dtype)

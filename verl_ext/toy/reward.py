@@ -5,6 +5,11 @@ verl 0.9.1 decodes the response with ``skip_special_tokens=True`` (reward loop
 decoder keeps special tokens, everything from the first special token on is cut.
 ``"7"`` therefore means "7 then EOS" (or "7" truncated at max_response_length).
 
+The graded answer is the text after the last ``?``: ``?`` is the toy task's correction marker, the analogue of
+grading the *last* ``\\boxed{}`` in EDGE-GRPO. A reply "3?12" to "5+7=?" (a wrong first answer, the cue, then the
+right one, as Guided Error Correction builds them with ``cue: "?"`` and ``answer_template: "?{answer}"``) is
+correct; "12" alone is correct too.
+
 ``compute_score`` returns a dict. verl uses ``result["score"]`` as the reward and
 logs every key as reward-extra info; validation reports
 ``val-core/<data_source>/acc/mean@N`` (``acc`` is the core variable when present)
@@ -45,7 +50,7 @@ def _clean(solution_str: str) -> str:
 
 def _parts(solution_str: str, ground_truth) -> tuple[float, float, float]:
     gt = str(ground_truth).strip()
-    resp = _clean(solution_str or "")
+    resp = _clean(solution_str or "").rsplit("?", 1)[-1].strip()  # the final answer
     starts_digit = float(bool(resp) and resp[0].isdigit())
     fmt = float(resp.isdigit() and len(resp) == len(gt))
     acc = float(resp == gt)

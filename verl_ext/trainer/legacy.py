@@ -3,7 +3,7 @@
 Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys`` at
 ray_trainer.py:1601), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
 legacy loop, looked up at call time) through the shared function while it runs, ``_update_actor`` adds the step's
-metrics to the actor metrics that ``fit()`` logs, and the checkpoint hooks save/restore the entropy history.
+advantage and GEC metrics to the actor metrics that ``fit()`` logs; the mixin's checkpoint hooks keep the history.
 """
 
 from __future__ import annotations
@@ -38,14 +38,8 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
 
     def _update_actor(self, batch):
         actor_output = super()._update_actor(batch)
-        actor_output.meta_info["metrics"].update(self._ext_take_metrics())
+        metrics = actor_output.meta_info["metrics"]
+        metrics.update(self._ext_take_metrics())
+        metrics.update(self._gec_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"],
+                                         batch.batch["token_level_scores"].sum(-1)))
         return actor_output
-
-    def _save_checkpoint(self):
-        self._ext_save_state()
-        super()._save_checkpoint()
-
-    def _load_checkpoint(self):
-        result = super()._load_checkpoint()
-        self._ext_load_state()
-        return result

@@ -3,7 +3,7 @@
 It owns the run's GroupEntropyHistory on the driver, routes each step's batch to the estimator through
 ``compute_extension_advantage`` and keeps the history in every checkpoint (``global_step_N/verl_ext_state.json``,
 written before verl writes its ``latest_checkpointed_iteration.txt``, so a checkpoint verl can resume from always
-has it).  Any other ``adv_estimator`` goes through verl untouched.
+has it).  Any other ``adv_estimator`` goes through verl untouched; GEC's metrics (``gec/...``) are logged with any estimator.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import os
 from verl import DataProto
 
 from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
+from verl_ext.rollout.gec import gec_step_metrics
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,21 @@ class EntropyAdvantageMixin:
             self._entropy_history = GroupEntropyHistory()
         return self._entropy_history
 
+    @property
+    def ext_config(self) -> ExtAlgorithmConfig:
+        if getattr(self, "_ext_config", None) is None:
+            self._ext_config = load_algorithm_config(self.config.algorithm)
+        return self._ext_config
+
     def _ext_active(self) -> bool:
         return is_extension_estimator(self.config.algorithm.adv_estimator)
+
+    def _gec_metrics(self, non_tensor_batch: dict, uid, final_scores) -> dict[str, float]:
+        """GEC's before/after metrics of the step (any adv_estimator); {} when GEC is off."""
+        gec = self.ext_config.gec
+        if not gec.enable:
+            return {}
+        return gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
 
     def _ext_compute_advantage(self, data: DataProto) -> DataProto:
         data, metrics = compute_extension_advantage(
@@ -57,7 +72,16 @@ class EntropyAdvantageMixin:
         metrics, self._ext_metrics = getattr(self, "_ext_metrics", None) or {}, None
         return metrics
 
-    # ---- checkpoints -------------------------------------------------------------------------------------------
+    # ---- checkpoints (the same hook names in verl's v1 and legacy trainers) ------------------------------------
+    def _save_checkpoint(self):
+        self._ext_save_state()  # first: verl marks the step complete (latest_checkpointed_iteration.txt) last
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        self._ext_load_state()
+        return result
+
     def _ext_step_dir(self) -> str:
         root = self.config.trainer.default_local_dir
         if not os.path.isabs(root):
@@ -92,4 +116,4 @@ class EntropyAdvantageMixin:
         with open(path) as f:
             state = json.load(f)
         self.entropy_history.load_state_dict(state["entropy_history"])
-        print(f"[verl_ext] restored entropy history from {path}: {self.entropy_history}")
+        print(f"[verl_ext] restored entropy history from {path}: {json.dumps(self.entropy_history.state_dict())}")

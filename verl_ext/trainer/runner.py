@@ -1,8 +1,8 @@
 """verl's TaskRunners (the Ray actor that hosts the trainer, i.e. the driver), pointed at verl_ext's trainers.
 
-Both of verl's runners pick their trainer class by a lookup at call time (v1: the trainer registry; legacy:
-``main_ppo_v0.RayPPOTrainer``, hard-coded at main_ppo_v0.py:218), so each runner here redirects that lookup inside
-its own process and then runs verl's ``run`` unchanged.
+Both of verl's runners pick their trainer class by a lookup at call time (v1: the trainer registry; legacy: the
+global ``RayPPOTrainer``, hard-coded at main_ppo_v0.py:218), so each runner here redirects that lookup inside its
+own process and then runs verl's ``run`` unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
 @ray.remote
 class ExtTaskRunnerLegacy(TaskRunner.__ray_actor_class__):
     def run(self, config):
-        import verl.trainer.main_ppo_v0 as main_ppo_v0
-
         from verl_ext.trainer.legacy import ExtRayPPOTrainer
 
-        main_ppo_v0.RayPPOTrainer = ExtRayPPOTrainer  # this actor's process only
-        return super().run(config)
+        verl_run = super().run
+        # Ray ships this actor class by value (verl's module attribute is the ActorClass, not the class), so the
+        # name must be rebound in the globals verl's run() actually reads, in this actor's process only.
+        verl_run.__func__.__globals__["RayPPOTrainer"] = ExtRayPPOTrainer
+        return verl_run(config)

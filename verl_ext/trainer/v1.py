@@ -3,7 +3,8 @@
 ``_compute_advantage`` fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy`` and
 ``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
 trainer_base (looked up at call time) through the shared function for verl_ext estimators; everything else in
-verl's step (KL-in-reward, rollout correction, writing advantages back) stays verl's.
+verl's step (KL-in-reward, rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
+``gec/...`` metrics are computed here too, for any estimator.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
 
 class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
     def _compute_advantage(self, batch, metrics):
+        if self.ext_config.gec.enable:
+            metrics.update(self._v1_gec_metrics(batch))
         if not self._ext_active():
             return super()._compute_advantage(batch, metrics)
         extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
@@ -39,14 +42,13 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         metrics.update(self._ext_take_metrics())
         return batch
 
-    def _save_checkpoint(self):
-        self._ext_save_state()
-        super()._save_checkpoint()
-
-    def _load_checkpoint(self):
-        result = super()._load_checkpoint()
-        self._ext_load_state()
-        return result
+    def _v1_gec_metrics(self, batch) -> dict[str, float]:
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "rm_scores", "extra_fields", "response_mask"])
+        extra_fields = as_object_array(data.pop("extra_fields"))
+        uid = as_object_array(data.pop("uid"))
+        scores = data.to_padded_tensor()["rm_scores"].sum(-1)
+        return self._gec_metrics({"extra_fields": extra_fields}, uid, scores)
 
 
 def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,369 @@
+"""Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline (§4): the pure logic.
+
+No ray / verl imports here: the agent loop (``verl_ext.rollout.gec_agent_loop``) does the I/O (generation,
+reward, tokenizer) and calls these functions; the trainer glue calls :func:`gec_step_metrics`.
+
+What the official code does and what this port keeps (spec §3, §4, §7):
+  * every response whose reward is below ``correct_threshold`` is edited, correct ones are left alone, the
+    group keeps its n members;
+  * mode ``gec``: one branch per wrong response, drawn with p_reflect / p_answer / p_solution;
+    mode ``force_reflect``: always the reflection branch (cue + policy continuation, no ground truth);
+  * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``).
+Deviations, on purpose (spec §7): the new response is built by concatenating token ids (no decode/re-encode),
+so the prompt/response boundary is exact and the response keeps an EOS: the original response's own
+terminator (or the tokenizer's EOS when it had none) closes the answer and solution branches; a reflection
+continuation keeps exactly what the policy generated (EOS included iff the policy stopped by itself -- a
+continuation cut by a token budget gets no invented EOS, like any length-truncated verl response).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+# ---------------------------------------------------------------- branches and per-sample fields
+
+BRANCH_NONE = "none"  # correct before correction (or GEC had nothing to do)
+BRANCH_REFLECT = "reflect"  # cue + policy continuation (also every edit of mode force_reflect)
+BRANCH_ANSWER = "answer"  # answer template with the ground truth appended
+BRANCH_SOLUTION = "solution"  # response replaced by the reference solution
+BRANCH_SOLUTION_FALLBACK = "solution_fallback"  # solution drawn, row has none: answer injection instead
+BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correction
+BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_GATED)
+EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK)
+
+# Keys the agent loop writes into AgentLoopOutput.extra_fields (non-tensor columns of the trainer batch).
+KEY_BRANCH = "gec_branch"  # str, one of BRANCHES
+KEY_SCORE_BEFORE = "gec_score_before"  # float, reward of the first response
+KEY_CORRECT_BEFORE = "gec_correct_before"  # bool, score_before >= correct_threshold
+KEY_CONTINUATION_TOKENS = "gec_continuation_tokens"  # int, policy tokens generated after the cue (kept)
+KEY_INJECTED_TOKENS = "gec_injected_tokens"  # int, cue/template/solution/EOS tokens in the final response
+KEY_TRUNCATED = "gec_truncated"  # bool, the edit was cut by rollout.response_length
+KEY_RESPONSE_LEN_BEFORE = "gec_response_len_before"  # int, tokens of the first response
+EXTRA_KEYS = (
+    KEY_BRANCH,
+    KEY_SCORE_BEFORE,
+    KEY_CORRECT_BEFORE,
+    KEY_CONTINUATION_TOKENS,
+    KEY_INJECTED_TOKENS,
+    KEY_TRUNCATED,
+    KEY_RESPONSE_LEN_BEFORE,
+)
+
+
+# ---------------------------------------------------------------- branch choice
+
+
+def sample_rng(seed: int, *key_parts: Any) -> random.Random:
+    """A ``random.Random`` seeded from ``seed`` and a per-sample key (uid, session, step, ...).
+
+    String seeding is deterministic across processes (unlike ``hash``), so a sample's draw does not depend on
+    which worker runs it or on scheduling order.
+    """
+    return random.Random("gec|" + "|".join(str(p) for p in (seed, *key_parts)))
+
+
+def draw_branch(cfg, rng: random.Random) -> str:
+    """One draw among reflect / answer / solution with cfg's probabilities (force_reflect: always reflect)."""
+    if cfg.mode == "force_reflect":
+        return BRANCH_REFLECT
+    u = rng.random()
+    if u < cfg.p_reflect:
+        return BRANCH_REFLECT
+    if u < cfg.p_reflect + cfg.p_answer:
+        return BRANCH_ANSWER
+    if cfg.p_solution > 0:
+        return BRANCH_SOLUTION
+    # p_solution == 0 and rounding left u above p_reflect + p_answer (sums to 1 within 1e-6)
+    return BRANCH_ANSWER if cfg.p_answer > 0 else BRANCH_REFLECT
+
+
+def is_correct(cfg, score: float) -> bool:
+    return float(score) >= float(cfg.correct_threshold)
+
+
+def is_gated(cfg, prompt_len: int) -> bool:
+    gate = cfg.prompt_length_gate
+    return gate is not None and int(prompt_len) >= int(gate)
+
+
+def choose_branch(cfg, *, score_before: float, prompt_len: int, has_solution: bool, rng: random.Random) -> str:
+    """The branch of one response: none (correct), gated, or an edit (see BRANCHES).
+
+    The gate is checked only for wrong responses (correct ones are ``none`` whatever their prompt length), and
+    no random number is drawn for correct or gated responses.
+    """
+    if is_correct(cfg, score_before):
+        return BRANCH_NONE
+    if is_gated(cfg, prompt_len):
+        return BRANCH_GATED
+    branch = draw_branch(cfg, rng)
+    if branch == BRANCH_SOLUTION and not has_solution:
+        return BRANCH_SOLUTION_FALLBACK
+    return branch
+
+
+def reference_solution(extra_info: Any, key: str) -> Optional[str]:
+    """``extra_info[key]`` when it is a non-blank string, else None (the row has no reference solution)."""
+    if not isinstance(extra_info, dict):
+        return None
+    value = extra_info.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = str(value)
+    return value if value.strip() else None
+
+
+def ground_truth_text(reward_model: Any) -> str:
+    """The ground-truth answer as text: ``reward_model["ground_truth"]`` (first element of a list)."""
+    gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model
+    if isinstance(gt, np.ndarray):
+        gt = gt.tolist()
+    if isinstance(gt, (list, tuple)):
+        gt = gt[0] if len(gt) else ""
+    if gt is None:
+        raise ValueError("GEC answer injection needs reward_model.ground_truth, the row has none")
+    return str(gt)
+
+
+def answer_text(cfg, answer: str) -> str:
+    return cfg.answer_template.replace("{answer}", answer)
+
+
+# ---------------------------------------------------------------- token-level assembly
+
+
+def split_terminal(ids: Sequence[int], stop_ids: Iterable[int]) -> tuple[list[int], Optional[int]]:
+    """Split trailing stop/padding tokens off a response: ``(core, terminator)``.
+
+    ``terminator`` is the first stripped token (the EOS the policy emitted), or None when the response did not
+    end with one (length-truncated).
+    """
+    stop = set(int(i) for i in stop_ids)
+    ids = [int(i) for i in ids]
+    end = len(ids)
+    while end > 0 and ids[end - 1] in stop:
+        end -= 1
+    return ids[:end], (ids[end] if end < len(ids) else None)
+
+
+def continuation_budget(response_length: int, used: int, max_continuation_tokens: int) -> int:
+    """Tokens the policy may add after ``used`` response tokens: ``min(max_continuation_tokens, room)``, >= 0."""
+    return max(0, min(int(max_continuation_tokens), int(response_length) - int(used)))
+
+
+@dataclass
+class Segment:
+    """A piece of the new response. ``injected`` pieces (cue, template, solution, added EOS) are not the policy's."""
+
+    ids: list[int]
+    injected: bool
+    mask: Optional[list[int]] = None  # policy pieces: their original response_mask values (default all 1)
+    logprobs: Optional[list[float]] = None  # policy pieces: rollout log-probs (padded with 0.0 if short)
+
+
+@dataclass
+class AssembledResponse:
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: Optional[list[float]]
+    truncated: bool  # tokens were cut to fit response_length
+    injected_tokens: int  # injected tokens kept after truncation
+    policy_prefix_tokens: int  # leading tokens that are the first response's own (for routed experts)
+    segment_lengths: list[int] = field(default_factory=list)  # kept tokens per segment
+
+
+def assemble_response(
+    segments: Sequence[Segment],
+    *,
+    response_length: int,
+    mask_injected: bool,
+    with_logprobs: bool,
+    injected_logprob: float = 0.0,
+) -> AssembledResponse:
+    """Concatenate segments into response ids / mask / rollout log-probs of equal length, cut to response_length.
+
+    Injected tokens get mask 1 (trained as policy tokens, like the original) or 0 with ``mask_injected``, and
+    rollout log-prob ``injected_logprob`` (0.0: the rollout engine never sampled them, verl has no log-prob for
+    them; the actor's recomputed old log-probs are what the loss uses).
+    """
+    ids: list[int] = []
+    mask: list[int] = []
+    lps: list[float] = []
+    for seg in segments:
+        n = len(seg.ids)
+        ids.extend(int(t) for t in seg.ids)
+        if seg.injected:
+            mask.extend([0 if mask_injected else 1] * n)
+            lps.extend([float(injected_logprob)] * n)
+        else:
+            m = list(seg.mask) if seg.mask is not None else [1] * n
+            m = (m + [1] * n)[:n]
+            mask.extend(int(x) for x in m)
+            lp = list(seg.logprobs) if seg.logprobs is not None else []
+            lp = (lp + [float(injected_logprob)] * n)[:n]
+            lps.extend(float(x) for x in lp)
+    total = len(ids)
+    limit = int(response_length)
+    truncated = total > limit
+    kept_lengths, left = [], limit
+    for seg in segments:
+        k = min(len(seg.ids), max(left, 0))
+        kept_lengths.append(k)
+        left -= k
+    injected = sum(k for seg, k in zip(segments, kept_lengths) if seg.injected)
+    # only a policy first segment (the first response's kept core) lines up with the first generation
+    prefix = kept_lengths[0] if segments and not segments[0].injected else 0
+    return AssembledResponse(
+        response_ids=ids[:limit],
+        response_mask=mask[:limit],
+        response_logprobs=lps[:limit] if with_logprobs else None,
+        truncated=truncated,
+        injected_tokens=injected,
+        policy_prefix_tokens=prefix,
+        segment_lengths=kept_lengths,
+    )
+
+
+# ---------------------------------------------------------------- validation detection fallback
+
+
+def validate_from_sampling_params(sampling_params: dict, train: dict, val: dict) -> Optional[bool]:
+    """Validation or training from the sampling params verl built, when train and val params differ.
+
+    verl's agent-loop workers use ``rollout.{temperature,top_p,top_k}`` for training and ``rollout.val_kwargs.*``
+    for validation. Returns None when they cannot be told apart (identical settings or params match neither).
+    """
+    keys = ("temperature", "top_p", "top_k")
+
+    def same(a, b) -> bool:
+        return all(_num_eq(a.get(k), b.get(k)) for k in keys)
+
+    is_train, is_val = same(sampling_params, train), same(sampling_params, val)
+    if is_train and not is_val:
+        return False
+    if is_val and not is_train:
+        return True
+    return None
+
+
+def _num_eq(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    try:
+        return abs(float(a) - float(b)) < 1e-9
+    except (TypeError, ValueError):
+        return a == b
+
+
+# ---------------------------------------------------------------- step metrics
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, without importing torch here
+        x = x.detach().cpu().float().numpy()
+    return np.asarray(x)
+
+
+def _gec_columns(non_tensor_batch: dict, n: int) -> Optional[dict[str, list]]:
+    """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
+    if KEY_BRANCH in non_tensor_batch:
+        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in EXTRA_KEYS}
+    extra = non_tensor_batch.get("extra_fields")
+    if extra is None:
+        return None
+    rows = [getattr(r, "data", r) for r in list(extra)]
+    if not any(isinstance(r, dict) and KEY_BRANCH in r for r in rows):
+        return None
+    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
+
+
+def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshold: float = 1.0) -> dict[str, float]:
+    """GEC metrics of one training step, keys prefixed ``gec/``.
+
+    Args:
+        non_tensor_batch: the batch's non-tensor columns; either flat ``gec_*`` columns (legacy trainer:
+            ``AgentLoopWorker._postprocess`` turns every extra field into a column) or an ``extra_fields``
+            column of per-sample dicts (v1 / TransferQueue). Rows without GEC fields (another agent loop,
+            validation) are ignored.
+        uid: group id per row (verl's ``uid`` column).
+        final_scores: sequence reward per row after correction (e.g. ``token_level_scores.sum(-1)``).
+        correct_threshold: ``algorithm.gec.correct_threshold``; used for the final scores (the before side uses
+            the recorded ``gec_correct_before``).
+    Returns {} when the batch holds no GEC rows.
+
+    Keys: acc_before / acc_after (fraction >= threshold), reward_before / reward_after (means), frac_edited,
+    count/<branch> for every branch, continuation_tokens (sum) and continuation_tokens_mean (per reflection),
+    injected_tokens (sum), truncated (count), groups, groups_all_wrong_before, groups_rescued (all wrong before,
+    both correct and wrong after), groups_collapsed_before / groups_collapsed_after (identical scores), responses.
+    """
+    uid = np.asarray(list(uid), dtype=object)
+    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    n = len(scores)
+    if len(uid) != n:
+        raise ValueError(f"gec_step_metrics: {len(uid)} uids for {n} final scores")
+    cols = _gec_columns(non_tensor_batch, n)
+    if cols is None:
+        return {}
+    branch = cols[KEY_BRANCH]
+    rows = np.array([b is not None for b in branch], dtype=bool)
+    if not rows.any():
+        return {}
+
+    def col(key, default):
+        return np.array([default if v is None else v for v in cols[key]], dtype=object)
+
+    before = col(KEY_SCORE_BEFORE, np.nan).astype(np.float64)
+    correct_before_raw = cols[KEY_CORRECT_BEFORE]
+    correct_before = np.array(
+        [bool(c) if c is not None else bool(s >= correct_threshold) for c, s in zip(correct_before_raw, before)]
+    )
+    correct_after = scores >= float(correct_threshold)
+    cont = col(KEY_CONTINUATION_TOKENS, 0).astype(np.int64)
+    injected = col(KEY_INJECTED_TOKENS, 0).astype(np.int64)
+    trunc = col(KEY_TRUNCATED, False).astype(bool)
+    branch = np.array([b if b is not None else "" for b in branch], dtype=object)
+
+    m: dict[str, float] = {}
+    r = rows
+    m["gec/responses"] = float(r.sum())
+    m["gec/acc_before"] = float(correct_before[r].mean())
+    m["gec/acc_after"] = float(correct_after[r].mean())
+    m["gec/reward_before"] = float(np.nanmean(before[r])) if np.isfinite(before[r]).any() else float("nan")
+    m["gec/reward_after"] = float(scores[r].mean())
+    for b in BRANCHES:
+        m[f"gec/count/{b}"] = float(((branch == b) & r).sum())
+    edited = np.isin(branch, EDIT_BRANCHES) & r
+    m["gec/frac_edited"] = float(edited.sum() / r.sum())
+    reflect = (branch == BRANCH_REFLECT) & r
+    m["gec/continuation_tokens"] = float(cont[r].sum())
+    m["gec/continuation_tokens_mean"] = float(cont[reflect].mean()) if reflect.any() else 0.0
+    m["gec/injected_tokens"] = float(injected[r].sum())
+    m["gec/truncated"] = float(trunc[r].sum())
+
+    groups = all_wrong = rescued = collapsed_before = collapsed_after = 0
+    order: dict[Any, list[int]] = {}
+    for i in np.nonzero(r)[0]:
+        order.setdefault(uid[i], []).append(int(i))
+    for idx in order.values():
+        groups += 1
+        cb, ca = correct_before[idx], correct_after[idx]
+        sb, sa = before[idx], scores[idx]
+        if not cb.any():
+            all_wrong += 1
+            if ca.any() and not ca.all():
+                rescued += 1
+        if len(idx) > 0 and np.all(sb == sb[0]):
+            collapsed_before += 1
+        if len(idx) > 0 and np.all(sa == sa[0]):
+            collapsed_after += 1
+    m["gec/groups"] = float(groups)
+    m["gec/groups_all_wrong_before"] = float(all_wrong)
+    m["gec/groups_rescued"] = float(rescued)
+    m["gec/groups_collapsed_before"] = float(collapsed_before)
+    m["gec/groups_collapsed_after"] = float(collapsed_after)
+    return m

@@ -1,0 +1,379 @@
+"""``gec_agent``: verl's single-turn agent loop plus Guided Error Correction / +Force-R (training rollouts only).
+
+Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent`` (or an ``agent_name`` column) and
+turn it on with ``algorithm.gec.enable=true``. With ``enable=false``, and for every validation rollout, ``run``
+is exactly ``SingleTurnAgentLoop.run`` (same output, no extra fields).
+
+When on, after the single-turn generation the loop
+  1. scores the response with verl's own reward manager (``verl.trainer.ppo.reward.load_reward_manager``: the
+     same ``reward.custom_reward_function`` / default ``compute_score`` and reward manager as verl's reward loop);
+  2. picks a branch (``verl_ext.rollout.gec.choose_branch``) and edits the response token-exactly:
+     reflect = response core + cue ids + policy continuation (generated from original prompt + core + cue by the
+     same server, up to ``max_continuation_tokens``); answer = core + template ids + EOS; solution = reference
+     solution ids + EOS;
+  3. returns the original prompt (no hint) with the new response; ``reward_score`` stays None so verl's reward
+     loop scores the final response against the row's ground truth.
+Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``.
+
+Rollout log-probs of injected tokens (cue, template, solution, added EOS) are 0.0: no engine sampled them and
+the generate API cannot score given tokens. verl's loss uses the actor's recomputed old log-probs (ratio 1 on
+the first pass, as in the original), so only the rollout-vs-actor diagnostics (and rollout-correction IS
+weights, or ``bypass_mode``, which would treat them as probability-1 tokens) see them; with ``mask_injected``
+they are out of the loss anyway.
+
+Validation rollouts are recognised from the caller: verl's ``AgentLoopWorker._run_agent_loop`` (shared by the
+v1 ``AgentLoopWorkerTQ``) holds ``trajectory["validate"]`` but does not pass it to ``run``; see
+:func:`detect_validate`.
+
+Importing this module only registers the class (verl's ``register`` puts ``{"_target_": ...}`` in a dict);
+the reward manager and config are built lazily, once per worker process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import sys
+import time
+from typing import Any, Optional
+from uuid import uuid4
+
+import numpy as np
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+from verl_ext.rollout import gec
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
+
+AGENT_NAME = "gec_agent"
+
+# Per-process caches keyed by id() of verl's config object (one object per agent-loop worker; kept alive here).
+_GEC_CONFIGS: dict[int, tuple[Any, Any]] = {}
+_REWARD_MANAGERS: dict[int, tuple[Any, Any, Any]] = {}
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(msg)
+
+
+def gec_config_of(config) -> Any:
+    """Validated ``GecConfig`` of verl's full config (``config.algorithm.gec``), cached per config object."""
+    hit = _GEC_CONFIGS.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    from verl_ext.config import load_algorithm_config
+
+    algo = config.get("algorithm", None) if hasattr(config, "get") else getattr(config, "algorithm", None)
+    cfg = load_algorithm_config(algo).gec
+    _GEC_CONFIGS[id(config)] = (config, cfg)
+    return cfg
+
+
+def reward_manager_of(config, tokenizer) -> Any:
+    """verl's reward manager, built as ``RewardLoopWorker`` builds it (custom fn or default score), cached."""
+    loop = asyncio.get_running_loop()  # verl's reward managers bind the event loop they are built in
+    hit = _REWARD_MANAGERS.get(id(config))
+    if hit is not None and hit[0] is config and hit[2] is loop:
+        return hit[1]
+    reward_cfg = config.get("reward", None)
+    if reward_cfg is None:
+        raise ValueError("GEC needs verl's `reward` config node to score the first response")
+    custom = reward_cfg.get("custom_reward_function", None) or {}
+    rm = reward_cfg.get("reward_model", None) or {}
+    if rm.get("enable", False) and not custom.get("path", None):
+        raise ValueError(
+            "algorithm.gec needs a rule reward it can call inside the agent loop; with reward.reward_model.enable"
+            "=true set reward.custom_reward_function.path (a reward model alone cannot be called from here)"
+        )
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    manager = load_reward_manager(config, tokenizer)
+    _REWARD_MANAGERS[id(config)] = (config, manager, loop)
+    return manager
+
+
+# ---------------------------------------------------------------- validation detection
+
+_CALLER_FRAMES = ("_run_agent_loop", "_run_prompt")
+
+
+def _validate_from_callers(max_depth: int = 32) -> Optional[bool]:
+    """``trajectory["validate"]`` of the verl worker frame that awaits this agent loop, if any."""
+    frame = sys._getframe(1)
+    depth = 0
+    try:
+        while frame is not None and depth < max_depth:
+            if frame.f_code.co_name in _CALLER_FRAMES:
+                trajectory = frame.f_locals.get("trajectory")
+                if isinstance(trajectory, dict) and "validate" in trajectory:
+                    return bool(trajectory["validate"])
+            frame = frame.f_back
+            depth += 1
+    finally:
+        del frame
+    return None
+
+
+def detect_validate(kwargs: dict, sampling_params: dict, rollout_config) -> bool:
+    """Whether this trajectory is a validation rollout.
+
+    1. an explicit ``validate`` / ``__validate__`` field, if a future verl passes one;
+    2. ``trajectory["validate"]`` in the calling ``AgentLoopWorker._run_agent_loop`` (legacy and v1 workers);
+    3. the sampling params against ``rollout`` vs ``rollout.val_kwargs`` when those differ;
+    4. otherwise validation (GEC off) with a warning: never inject ground truth into an evaluation.
+    """
+    for key in ("validate", "__validate__"):
+        if key in kwargs and kwargs[key] is not None:
+            value = kwargs[key]
+            return bool(value.item() if hasattr(value, "item") else value)
+    found = _validate_from_callers()
+    if found is not None:
+        return found
+    try:
+        val = rollout_config.val_kwargs
+        train_sp = {"temperature": rollout_config.temperature, "top_p": rollout_config.top_p,
+                    "top_k": rollout_config.top_k}
+        val_sp = {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k}
+        guess = gec.validate_from_sampling_params(sampling_params, train_sp, val_sp)
+    except Exception:  # config without val_kwargs
+        guess = None
+    if guess is not None:
+        return guess
+    _warn_once(
+        "validate",
+        "gec_agent: cannot tell validation from training rollouts (no verl _run_agent_loop frame and identical "
+        "train/val sampling params); GEC is OFF for these rollouts",
+    )
+    return True
+
+
+# ---------------------------------------------------------------- reward input (as AgentLoopWorker._compute_score)
+
+
+def _object_column(value) -> np.ndarray:
+    arr = np.empty(1, dtype=object)
+    arr[0] = value
+    return arr
+
+
+def build_reward_input(prompt_ids: list[int], response_ids: list[int], kwargs: dict, extra_fields: dict,
+                       num_turns: int):
+    """A one-row DataProto like the one ``AgentLoopWorker._compute_score`` sends to the reward loop worker."""
+    import torch
+    from tensordict import TensorDict
+    from verl.protocol import DataProto
+
+    prompts = torch.tensor(prompt_ids, dtype=torch.int64)
+    responses = torch.tensor(response_ids, dtype=torch.int64)
+    input_ids = torch.cat([prompts, responses])
+    attention_mask = torch.ones_like(input_ids)
+    position_ids = torch.arange(input_ids.numel(), dtype=torch.int64)
+    batch = TensorDict(
+        {
+            "prompts": prompts[None],
+            "responses": responses[None],
+            "input_ids": input_ids[None],
+            "attention_mask": attention_mask[None],
+            "position_ids": position_ids[None],
+        },
+        batch_size=1,
+    )
+    # deep copies: reward managers mutate extra_info (num_turns, rollout_reward_scores, tool fields)
+    non_tensor = {k: _object_column(copy.deepcopy(v)) for k, v in kwargs.items()}
+    non_tensor["__num_turns__"] = np.array([num_turns])
+    non_tensor["tool_extra_fields"] = _object_column(copy.deepcopy(extra_fields))
+    non_tensor["prompt_len"] = np.array([len(prompt_ids)])
+    non_tensor["response_len"] = np.array([len(response_ids)])
+    return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+
+def _reward_value(result) -> float:
+    if isinstance(result, dict):
+        result = result.get("reward_score", result.get("score"))
+    if hasattr(result, "item"):
+        result = result.item()
+    return float(result)
+
+
+def _merge_token_extra(extra: dict, more: dict) -> None:
+    """Fold the continuation's TokenOutput.extra_fields (weight-version bookkeeping) into the first one's."""
+    if not more:
+        return
+    lo = [v for v in (extra.get("min_global_steps"), more.get("min_global_steps")) if v is not None]
+    hi = [v for v in (extra.get("max_global_steps"), more.get("max_global_steps")) if v is not None]
+    if lo:
+        extra["min_global_steps"] = min(lo)
+    if hi:
+        extra["max_global_steps"] = max(hi)
+    if more.get("global_steps") is not None:
+        extra["global_steps"] = more["global_steps"]
+
+
+@register(AGENT_NAME)
+class GecAgentLoop(SingleTurnAgentLoop):
+    """Single-turn agent loop with Guided Error Correction / +Force-R on training rollouts."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gec_config = gec_config_of(self.config)
+
+    # ------------------------------------------------------------ helpers
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _stop_ids(self) -> set[int]:
+        tok = self.tokenizer
+        ids = set(int(i) for i in (getattr(tok, "all_special_ids", None) or []))
+        for attr in ("eos_token_id", "pad_token_id"):
+            value = getattr(tok, attr, None)
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return ids
+
+    def _eos_id(self, terminator: Optional[int]) -> int:
+        if terminator is not None:
+            return int(terminator)
+        eos = self.tokenizer.eos_token_id
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0]
+        if eos is None:
+            raise ValueError("GEC needs an EOS token id (tokenizer.eos_token_id is None)")
+        return int(eos)
+
+    async def _score(self, prompt_ids, response_ids, kwargs, extra_fields, num_turns) -> float:
+        manager = reward_manager_of(self.config, self.tokenizer)
+        data = build_reward_input(prompt_ids, response_ids, kwargs, extra_fields, num_turns)
+        return _reward_value(await manager.run_single(data))
+
+    def _rng(self, kwargs: dict):
+        parts = [kwargs.get(k) for k in ("uid", "session_id", "priority", "global_steps", "index")]
+        parts = [p.item() if hasattr(p, "item") else p for p in parts]
+        if all(p is None for p in parts):
+            parts.append(uuid4().hex)  # nothing identifies the sample: an independent draw
+        return gec.sample_rng(self.gec_config.seed, *parts)
+
+    # ------------------------------------------------------------ run
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        output = await super().run(sampling_params, **kwargs)
+        if not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config):
+            return output
+        return await self._correct(output, sampling_params, kwargs)
+
+    async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict) -> AgentLoopOutput:
+        cfg = self.gec_config
+        prompt_ids = list(output.prompt_ids)
+        response_ids = list(output.response_ids)
+        score_before = await self._score(prompt_ids, response_ids, kwargs, output.extra_fields, output.num_turns)
+        solution = gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key)
+        branch = gec.choose_branch(
+            cfg,
+            score_before=score_before,
+            prompt_len=len(prompt_ids),
+            has_solution=solution is not None,
+            rng=self._rng(kwargs),
+        )
+        fields = {
+            gec.KEY_BRANCH: branch,
+            gec.KEY_SCORE_BEFORE: float(score_before),
+            gec.KEY_CORRECT_BEFORE: gec.is_correct(cfg, score_before),
+            gec.KEY_CONTINUATION_TOKENS: 0,
+            gec.KEY_INJECTED_TOKENS: 0,
+            gec.KEY_TRUNCATED: False,
+            gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
+        }
+        if branch not in gec.EDIT_BRANCHES:
+            output.extra_fields.update(fields)
+            return output
+
+        core, terminator = gec.split_terminal(response_ids, self._stop_ids())
+        core_seg = gec.Segment(
+            ids=core,
+            injected=False,
+            mask=list(output.response_mask[: len(core)]),
+            logprobs=list(output.response_logprobs[: len(core)]) if output.response_logprobs else None,
+        )
+        continuation_cut = False
+        if branch == gec.BRANCH_REFLECT:
+            cue_ids = self._encode(cfg.cue)
+            budget = gec.continuation_budget(self.response_length, len(core) + len(cue_ids),
+                                             cfg.max_continuation_tokens)
+            cont_ids, cont_lps = [], None
+            if budget > 0:
+                cont_ids, cont_lps = await self._continue(prompt_ids + core + cue_ids, budget, sampling_params,
+                                                          output, kwargs)
+                cont_ids = cont_ids[:budget]
+                cont_lps = cont_lps[:budget] if cont_lps is not None else None
+            # cut by the response budget rather than by max_continuation_tokens (or no room at all)
+            if budget < cfg.max_continuation_tokens:
+                stopped = bool(cont_ids) and gec.split_terminal(cont_ids, self._stop_ids())[1] is not None
+                continuation_cut = budget == 0 or (len(cont_ids) >= budget and not stopped)
+            segments = [core_seg, gec.Segment(cue_ids, injected=True),
+                        gec.Segment(cont_ids, injected=False, logprobs=cont_lps)]
+            fields[gec.KEY_CONTINUATION_TOKENS] = len(cont_ids)
+        elif branch in (gec.BRANCH_ANSWER, gec.BRANCH_SOLUTION_FALLBACK):
+            text = gec.answer_text(cfg, gec.ground_truth_text(kwargs.get("reward_model")))
+            segments = [core_seg, gec.Segment(self._encode(text), injected=True),
+                        gec.Segment([self._eos_id(terminator)], injected=True)]
+        else:  # solution: the reference solution replaces the whole response
+            segments = [gec.Segment(self._encode(solution), injected=True),
+                        gec.Segment([self._eos_id(terminator)], injected=True)]
+
+        built = gec.assemble_response(
+            segments,
+            response_length=self.response_length,
+            mask_injected=cfg.mask_injected,
+            with_logprobs=output.response_logprobs is not None,
+        )
+        if branch == gec.BRANCH_REFLECT:
+            fields[gec.KEY_CONTINUATION_TOKENS] = built.segment_lengths[2]
+        fields[gec.KEY_INJECTED_TOKENS] = built.injected_tokens
+        fields[gec.KEY_TRUNCATED] = bool(built.truncated or continuation_cut)
+
+        output.response_ids = built.response_ids
+        output.response_mask = built.response_mask
+        output.response_logprobs = built.response_logprobs
+        if output.routed_experts is not None:
+            # only the kept first-response tokens have recorded routing; the rest is zero-filled by verl
+            output.routed_experts = output.routed_experts[: len(prompt_ids) + built.policy_prefix_tokens]
+        output.extra_fields.update(fields)
+        return output
+
+    async def _continue(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
+                        kwargs: dict) -> tuple[list[int], Optional[list[float]]]:
+        """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens."""
+        params = dict(sampling_params)
+        params.pop("max_new_tokens", None)
+        params["max_tokens"] = int(budget)
+        priority = int(kwargs.get("priority", 0) or 0)
+        if getattr(self.rollout_config, "full_determinism", False):
+            request_id = f"det-{priority}-gec"
+        else:
+            request_id = uuid4().hex
+        mm = output.multi_modal_data or {}
+        start = time.perf_counter()
+        token_output = await self.server_manager.generate(
+            request_id=request_id,
+            prompt_ids=ids,
+            sampling_params=params,
+            image_data=mm.get("images"),
+            audio_data=mm.get("audios"),
+            video_data=mm.get("videos"),
+            mm_processor_output=output.mm_processor_output,
+            mm_processor_kwargs=output.mm_processor_kwargs,
+            priority=priority,
+        )
+        output.metrics.generate_sequences += time.perf_counter() - start
+        _merge_token_extra(output.extra_fields, token_output.extra_fields or {})
+        lps = list(token_output.log_probs) if token_output.log_probs else None
+        return list(token_output.token_ids), lps
