@@ -1,0 +1,61 @@
+"""Helpers for the end-to-end tests: run the real entry points in a subprocess and read verl's console metrics."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+_METRIC = re.compile(r"([\w@/.\-]+):(?:np\.float\d+\()?([-+0-9.eE]+|nan|inf)\)?")
+
+# small and fast on 2 cores; the toy task's files come from the embedded default (hydra_configs/toy_cpu.yaml)
+SMALL_RUN = [
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "trainer.val_before_train=False",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "trainer.total_training_steps=2",
+]
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.returncode = proc.returncode
+        self.output = proc.stdout + proc.stderr
+        self.lines = self.output.splitlines()
+
+    def metrics(self) -> dict[int, dict[str, float]]:
+        """{step: {metric: value}} from verl's console logger lines ("step:N - key:value - ...")."""
+        steps: dict[int, dict[str, float]] = {}
+        for line in self.lines:
+            m = re.search(r"step:(\d+) - (.*)", line)
+            if m:
+                steps.setdefault(int(m.group(1)), {}).update(
+                    {k: float(v) for k, v in _METRIC.findall(m.group(2))})
+        return steps
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.lines[-n:])
+
+
+@pytest.fixture
+def run_main(tmp_path):
+    """Run ``python -m verl_ext.main`` (embedded CPU default + overrides) in ``tmp_path``; returns a ``Run``."""
+
+    def _run(*overrides: str, timeout: int = 420) -> Run:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console]",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
+        proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+        run = Run(proc)
+        assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
+        return run
+
+    return _run
