@@ -2,7 +2,7 @@
 
     python benchmarks/bench_advantage.py [--sizes 1024x1024 8192x4096] [--group 8] [--repeats 5]
 
-Prints median wall time per call and ratios to ``grpo_vectorized`` (goal: <= 1.5x) and ``grpo`` (goal: < 1x).
+Prints the median wall time per call (estimators interleaved round by round) and ratios to ``grpo_vectorized`` (goal: <= 1.5x) and ``grpo`` (goal: < 1x).
 """
 
 from __future__ import annotations
@@ -48,28 +48,36 @@ def calls(inputs):
     }
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
+def interleaved_medians(fns: dict, repeats: int, min_sample_s: float = 0.02) -> dict[str, float]:
+    """Median seconds per call; the estimators take turns in every round so drift hits them all alike."""
+    loops = {}
+    for name, fn in fns.items():  # warm up, and size each sample to at least min_sample_s
+        fn()
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        loops[name] = max(1, int(min_sample_s / max(time.perf_counter() - start, 1e-9)))
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(loops[name]):
+                fn()
+            samples[name].append((time.perf_counter() - start) / loops[name])
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["1024x1024", "8192x4096"])
     parser.add_argument("--group", type=int, default=8, help="responses per prompt (rollout.n)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15, help="rounds; each times >= 20 ms of calls")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, group size {args.group}")
     header = f"{'B x T':>11} | {'estimator':<24} | {'median ms':>10} | {'/ grpo_vectorized':>17} | {'/ grpo':>7}"
     print(header + "\n" + "-" * len(header))
     for size in args.sizes:
         batch, width = (int(x) for x in size.lower().split("x"))
-        timings = {name: median_time(fn, args.repeats) for name, fn in calls(make_inputs(batch, width, args.group)).items()}
+        timings = interleaved_medians(calls(make_inputs(batch, width, args.group)), args.repeats)
         vec, loop = timings["grpo_vectorized (verl)"], timings["grpo (verl)"]
         for name, seconds in timings.items():
             print(f"{size:>11} | {name:<24} | {seconds * 1e3:10.2f} | {seconds / vec:16.2f}x | {seconds / loop:6.2f}x")

@@ -50,12 +50,15 @@ def edge_grpo_advantage(
     entropy_eps: float = 1e-6,
     factor_min: float | None = None,
     factor_max: float | None = None,
+    with_stats: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Â_i = A_i · H̄_g / H_i for the (B,) GRPO advantages ``grpo_adv``; returns (Â (B,), stats)."""
+    """Â_i = A_i · H̄_g / H_i for the (B,) GRPO advantages ``grpo_adv``; returns (Â (B,), stats or {})."""
     factor, h_resp, degenerate = entropy_driven_factor(
         entropy, response_mask, gid, num_groups, entropy_eps, factor_min, factor_max
     )
     scaled = grpo_adv * factor
+    if not with_stats:
+        return scaled, {}
     stats = {
         "edge_grpo/factor_mean": factor.mean().item(),
         "edge_grpo/factor_max": factor.max().item(),

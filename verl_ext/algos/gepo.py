@@ -13,9 +13,10 @@ Groups whose H_g is not finite (NaN log-probs, no response tokens) are left out 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import torch
 
-from verl_ext.algos.groups import group_count, group_sum, masked_row_sum
+from verl_ext.algos.groups import group_count, group_sum, masked_row_sum_and_count
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 
 ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")
@@ -34,10 +35,9 @@ def group_entropy(
     if source is None:
         needs = "entropy" if estimator == "full_entropy" else "old_log_probs"
         raise ValueError(f"GEPO entropy_estimator={estimator!r} needs {needs}")
-    resp_sum = masked_row_sum(source.float(), response_mask)
+    resp_sum, resp_len = masked_row_sum_and_count(source.float(), response_mask)
     if estimator != "full_entropy":
         resp_sum = -resp_sum  # sampled-token NLL
-    resp_len = response_mask.sum(-1).to(resp_sum.dtype)
     if estimator in ("token_mean", "full_entropy"):
         return group_sum(resp_sum, gid, num_groups) / group_sum(resp_len, gid, num_groups)
     if estimator == "sum_mean":  # Intern-S2 (Eq. 25): per-response sum, averaged over the K responses
@@ -70,7 +70,7 @@ def gepo_advantage(
     adv: torch.Tensor,
     h_group: torch.Tensor,
     gid: torch.Tensor,
-    group_scope: np.ndarray,
+    group_scope: np.ndarray | None,
     history: GroupEntropyHistory,
     *,
     alpha_low: float = 0.5,
@@ -81,23 +81,29 @@ def gepo_advantage(
     std_unbiased: bool = False,
     update_before_shaping: bool = True,
     stats_group_mask: torch.Tensor | None = None,
+    with_stats: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Shape (B,) advantages by their group's entropy against each scope's thresholds; updates ``history``.
 
-    ``group_scope`` (G,) names each group's scope ("global", or its data_source); ``stats_group_mask`` (G,) picks
-    the groups that enter μ/σ (default all; finite H_g is always required).
+    ``group_scope`` (G,) names each group's scope (a data_source), or None: every group in the one global scope.
+    ``stats_group_mask`` (G,) picks the groups that enter μ/σ (default all; finite H_g is always required).
+    Returns (Â, stats); the threshold statistics are always reported, the attenuation shares only ``with_stats``.
     """
     finite = torch.isfinite(h_group)
     in_stats = finite if stats_group_mask is None else finite & stats_group_mask
     h_low = torch.full_like(h_group, -float("inf"))  # no thresholds yet -> nothing is shaped
     h_high = torch.full_like(h_group, float("inf"))
-    stats: dict[str, float] = {}
-    scopes = np.unique(group_scope)
+    if group_scope is None:
+        scope_codes, scopes = None, [GLOBAL_SCOPE]
+    else:
+        codes, scopes = pd.factorize(np.asarray(group_scope, dtype=object))
+        scope_codes, scopes = torch.from_numpy(codes.astype(np.int64, copy=False)), [str(x) for x in scopes]
     prefixes = {scope: "gepo" if scope == GLOBAL_SCOPE else f"gepo/{scope}" for scope in scopes}
+    stats: dict[str, float] = {}
     pending = []  # (scope, estimate) folded in after shaping when update_before_shaping is False
-    for scope in scopes:  # a handful of scopes at most, never one per group
-        members = torch.from_numpy(np.asarray(group_scope == scope))
-        chosen = members & in_stats
+    for k, scope in enumerate(scopes):  # a handful of scopes at most, never one per group
+        members = finite if scope_codes is None else (scope_codes == k) & finite
+        chosen = in_stats if scope_codes is None else members & in_stats
         estimate = None
         if chosen.any():
             lo_hat, hi_hat, mu, sigma = threshold_estimate(h_group[chosen], beta_low, beta_high, std_unbiased)
@@ -109,19 +115,20 @@ def gepo_advantage(
             pending.append((scope, estimate))
         current = history.thresholds(scope)
         if current is not None:
-            h_low[members & finite], h_high[members & finite] = current
+            h_low[members], h_high[members] = current
             stats.update({f"{prefixes[scope]}/H_low": current[0], f"{prefixes[scope]}/H_high": current[1]})
     for scope, estimate in pending:
         history.update(scope, *estimate, gamma=ema_gamma)
 
     shaped, damp_pos, damp_neg = gepo_shape(adv, h_group, h_low, h_high, gid, alpha_low, alpha_high)
-    stats.update(_attenuation_fractions("gepo", adv, damp_pos, damp_neg))
-    if any(scope != GLOBAL_SCOPE for scope in scopes):
-        scope_of_response = group_scope[gid.cpu().numpy()]
-        for scope in scopes:
-            rows = torch.from_numpy(np.asarray(scope_of_response == scope))
-            stats.update(_attenuation_fractions(prefixes[scope], adv[rows], damp_pos[rows], damp_neg[rows]))
-    stats["gepo/nonfinite_group_entropy_count"] = float((~finite).sum().item())
+    if with_stats:
+        stats.update(_attenuation_fractions("gepo", adv, damp_pos, damp_neg))
+        if scope_codes is not None:
+            scope_of_response = scope_codes[gid]
+            for k, scope in enumerate(scopes):
+                rows = scope_of_response == k
+                stats.update(_attenuation_fractions(prefixes[scope], adv[rows], damp_pos[rows], damp_neg[rows]))
+        stats["gepo/nonfinite_group_entropy_count"] = float((~finite).sum().item())
     return shaped, stats
 
 

@@ -20,7 +20,7 @@ from verl_ext.algos.edge_grpo import edge_grpo_advantage
 from verl_ext.algos.gepo import gepo_advantage, group_entropy
 from verl_ext.algos.groups import first_member, group_ids, group_mean_std
 from verl_ext.algos.grpo import grpo_scalar_advantage
-from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
+from verl_ext.algos.history import GroupEntropyHistory
 from verl_ext.config import algo_get, load_algorithm_config
 
 _NEEDS_TRAINER = "run through `python -m verl_ext.main` (its trainers pass it), or pass it yourself"
@@ -44,11 +44,11 @@ def _to_token_level(adv: torch.Tensor, response_mask: torch.Tensor, dtype) -> tu
     return out, out
 
 
-def _eda(adv, entropy, response_mask, gid, num_groups, eda_cfg):
+def _eda(adv, entropy, response_mask, gid, num_groups, eda_cfg, with_stats):
     if entropy is None:
         raise ValueError(f"edge_grpo needs the per-token entropy (entropy=...); {_NEEDS_TRAINER}")
     return edge_grpo_advantage(adv, entropy.to(adv.device), response_mask, gid, num_groups,
-                               eda_cfg.entropy_eps, eda_cfg.factor_min, eda_cfg.factor_max)
+                               eda_cfg.entropy_eps, eda_cfg.factor_min, eda_cfg.factor_max, with_stats)
 
 
 @register_adv_est("edge_grpo")
@@ -68,10 +68,10 @@ def compute_edge_grpo_outcome_advantage(
         _, gid, num_groups, grpo_adv = _grpo_base(token_level_rewards, index, config, epsilon)
         if num_groups == 0:
             return _to_token_level(grpo_adv, response_mask, token_level_rewards.dtype)
-        adv, stats = _eda(grpo_adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo)
-        stats.update(_modified_fraction(adv, grpo_adv))
-    if metrics is not None:
+        adv, stats = _eda(grpo_adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo, metrics is not None)
+    if metrics is not None:  # diagnostics only when someone logs them
         metrics.update(stats)
+        metrics.update(_modified_fraction(adv, grpo_adv))
     return _to_token_level(adv, response_mask, token_level_rewards.dtype)
 
 
@@ -108,7 +108,7 @@ def compute_gepo_outcome_advantage(
             return _to_token_level(grpo_adv, response_mask, token_level_rewards.dtype)
         adv = grpo_adv
         if g.base == "edge_grpo":
-            adv, eda_stats = _eda(adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo)
+            adv, eda_stats = _eda(adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo, metrics is not None)
             stats.update(eda_stats)
         h_group = group_entropy(g.entropy_estimator, response_mask, gid, num_groups,
                                 log_probs=log_probs, entropy=entropy)
@@ -118,7 +118,7 @@ def compute_gepo_outcome_advantage(
             labels = np.asarray(data_source, dtype=object).reshape(-1)
             group_scope = labels[first_member(gid, num_groups).cpu().numpy()].astype(str)
         else:
-            group_scope = np.full(num_groups, GLOBAL_SCOPE)
+            group_scope = None  # one global scope (the paper)
         stats_mask = None
         if not g.stats_include_degenerate_groups:
             _, reward_std, _ = group_mean_std(scores, gid, num_groups)
@@ -127,10 +127,10 @@ def compute_gepo_outcome_advantage(
             adv, h_group, gid, group_scope, history,
             alpha_low=g.alpha_low, alpha_high=g.alpha_high, beta_low=g.beta_low, beta_high=g.beta_high,
             ema_gamma=g.ema_gamma, std_unbiased=g.std_unbiased, update_before_shaping=g.update_before_shaping,
-            stats_group_mask=stats_mask,
+            stats_group_mask=stats_mask, with_stats=metrics is not None,
         )
         stats.update(gepo_stats)
-        stats.update(_modified_fraction(adv, grpo_adv))
     if metrics is not None:
         metrics.update(stats)
+        metrics.update(_modified_fraction(adv, grpo_adv))
     return _to_token_level(adv, response_mask, token_level_rewards.dtype)
