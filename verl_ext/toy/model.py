@@ -157,7 +157,6 @@ def evaluate(model, tokenizer, examples: list[tuple[str, str]]) -> dict:
     logp = torch.log_softmax(logits, dim=-1)
     L = ids.shape[1]
     digit_ids = torch.tensor([tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)])
-    eos = tokenizer.eos_token_id
     acc_t1, acc_greedy, ent, fmt = [], [], [], []
     for i, s in enumerate(seqs):
         off = L - len(s)
