@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import load_algorithm_config, register_structured_configs
+from verl_ext.config import load_algorithm_config, register_structured_configs, validate_feature_combinations
 
 register_structured_configs()
 
@@ -51,6 +51,7 @@ def validate_extension_config(config: DictConfig) -> None:
         raise ConfigError(
             "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
         )
+    validate_feature_combinations(config, ext)  # verl_ext/config.py: refusals naming both settings
 
 
 def run(config: DictConfig) -> None:
