@@ -10,6 +10,8 @@ setup(
     name="verl_ext",
     version="0.1.0",
     description="EDGE-GRPO and GEPO for verl, with a CPU platform and hf rollout for laptop-class debugging",
+    license="Apache-2.0",  # as verl
+    license_files=["LICENSE"],
     packages=find_packages(include=["verl_ext", "verl_ext.*"]),
     python_requires=">=3.10",
     install_requires=[

@@ -57,7 +57,7 @@ class EdgeGrpoConfig:
 
 @dataclass
 class GepoConfig:
-    """Group Entropy-Controlled Policy Optimization. Bold defaults of the spec; the rest are INFERRED options."""
+    """Group Entropy-Controlled Policy Optimization (docs/gepo.md): paper defaults, plus options it leaves open."""
 
     alpha_low: float = 0.5  # multiplier of positive advantages in low-entropy groups
     alpha_high: float = 0.2  # multiplier of negative advantages in high-entropy groups
@@ -81,7 +81,7 @@ class GepoConfig:
         _unit_interval(f"{prefix}.ema_gamma", self.ema_gamma, open_low=True)
         if self.enforce_alpha_order:
             _check(self.alpha_high < self.alpha_low, f"{prefix}.alpha_high", self.alpha_high,
-                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO §2.3: a harder low-entropy intervention "
+                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO paper: a harder low-entropy intervention "
                    f"causes length collapse); set {prefix}.enforce_alpha_order=false to run it anyway")
         _choice(f"{prefix}.entropy_estimator", self.entropy_estimator, ENTROPY_ESTIMATORS)
         _choice(f"{prefix}.logprob_source", self.logprob_source, ("old", "rollout"))
@@ -95,7 +95,7 @@ ANSWER_PLACEHOLDER = "{answer}"
 
 @dataclass
 class GecConfig:
-    """Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline; applied to training rollouts only."""
+    """Guided Error Correction (docs/edge-grpo.md) and the +Force-R baseline; applied to training rollouts only."""
 
     enable: bool = False
     mode: str = "gec"  # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only)

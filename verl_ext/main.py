@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
 from verl_ext.config import load_algorithm_config, register_structured_configs
+from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
 
@@ -53,7 +54,35 @@ def validate_extension_config(config: DictConfig) -> None:
         )
 
 
+def select_platform(config: DictConfig) -> None:
+    """CPU mode is explicit (``verl_ext.cpu``): ``trainer.device=cpu`` turns it on here, before verl resolves its
+    platform (importing ``verl.trainer.main_ppo`` does) and before Ray starts.
+
+    ``VERL_PLATFORM=cpu`` then reaches every Ray worker by two routes: the driver's environment, which a local
+    cluster started by ``ray.init`` inherits, and the job's ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray
+    applies to every actor of the job (merged into actors' own ``env_vars``), also on an existing cluster.
+    """
+    from verl_ext.config import ConfigError
+
+    if str(config.trainer.get("device", "")) == "cpu":
+        try:
+            enable_cpu_mode()
+        except ValueError as e:
+            raise ConfigError(f"trainer.device=cpu: {e}") from None
+    if not is_cpu_support_active():
+        return
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        if ray_init.runtime_env.get("env_vars") is None:
+            ray_init.runtime_env.env_vars = {}
+        ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
+
+
 def run(config: DictConfig) -> None:
+    select_platform(config)  # first: the imports below resolve verl's platform
+
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config

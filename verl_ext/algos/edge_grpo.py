@@ -1,4 +1,4 @@
-"""EDGE-GRPO's Entropy-Driven Advantage (arXiv 2507.21848; official code trl_edge GRPOAhaTrainer L1215-1234).
+"""EDGE-GRPO's Entropy-Driven Advantage (arXiv 2507.21848; official code: ``GRPOAhaTrainer._compute_loss``).
 
     A_i  = GRPO advantage of response i (group mean, unbiased std)
     H_i  = masked mean over response i of the per-token (full-vocabulary) entropy

@@ -1,7 +1,7 @@
 """verl's legacy ``RayPPOTrainer`` (``trainer.use_v1=false``) with verl_ext's advantage routing.
 
-Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys`` at
-ray_trainer.py:1601), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
+Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys`` after
+logging it), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
 legacy loop, looked up at call time) through the shared function while it runs, ``_update_actor`` adds the step's
 advantage and GEC metrics to the actor metrics that ``fit()`` logs; the mixin's checkpoint hooks keep the history.
 """
