@@ -48,7 +48,7 @@ def test_evaluate_toy_model_on_five_suites(tmp_path):
 
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "verl_ext.evaluate", "--config-name", "toy_cpu", "--model", assets.model_path,
-           "--data", str(data_dir), "--output", str(out), "--label", "toy", "--n-gpus", "1",
+           "--data", str(data_dir), "--output", str(out), "--label", "toy", "--n-gpus", "1", "--rollout", "hf",
            "--max-tokens", "6", "--max-prompt-length", "32",
            "--reward-path", assets.reward_path, "--reward-name", assets.reward_name, "--timeout", "500"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)

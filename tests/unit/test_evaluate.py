@@ -9,9 +9,7 @@ import os
 import pytest
 
 from verl_ext import evaluate as ev
-from verl_ext.data.eval_suites import SUITES
 
-ALL = [s.name for s in SUITES]
 PAPER_COUNTS = {"aime": 30, "amc": 83, "math500": 500, "minerva": 272, "olympiadbench": 675}
 
 
@@ -94,16 +92,19 @@ def test_overrides_compose_into_a_valid_val_only_config(tmp_path):
     from verl_ext.config import register_structured_configs
     from verl_ext.main import config_dir, validate_extension_config
 
-    data = _suite_dir(tmp_path, {"aime": 3, "amc": 2})
+    data = _suite_dir(tmp_path, {"aime": 5, "amc": 4})
     files = ev.find_suite_files(data)
-    args = ev.parse_args(["--model", "Qwen/Qwen2.5-Math-7B", "--data", data, "--rollout", "vllm",
+    with pytest.raises(SystemExit, match="9 problems for 16 GPUs"):
+        ev.build_overrides(ev.parse_args(["--model", "m", "--data", data, "--n-gpus", "16"]), files, 9, "out")
+    args = ev.parse_args(["--model", "Qwen/Qwen2.5-Math-7B", "--data", data,
                           "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
-    overrides = ev.build_overrides(args, files, 5, str(tmp_path / "out"))
+    overrides = ev.build_overrides(args, files, 9, str(tmp_path / "out"))
     assert overrides[-1] == "actor_rollout_ref.rollout.tensor_model_parallel_size=2"  # the user's come last
     register_structured_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base=None):
         cfg = compose(config_name="verl_ext", overrides=overrides)
     assert cfg.trainer.val_only is True and cfg.trainer.resume_mode == "disable"
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-Math-7B"
     kw = cfg.actor_rollout_ref.rollout.val_kwargs
     assert (kw.do_sample, kw.temperature, kw.top_p, kw.n) == (True, 0.1, 1.0, 1)
     assert cfg.data.max_response_length == 3000 and cfg.data.max_prompt_length == 1096
@@ -114,7 +115,7 @@ def test_overrides_compose_into_a_valid_val_only_config(tmp_path):
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
 
     ckpt = ev.parse_args(["--model", "m", "--data", data, "--checkpoint", "ckpt/global_step_100"])
-    ov = ev.build_overrides(ckpt, files, 5, str(tmp_path / "out"))
+    ov = ev.build_overrides(ckpt, files, 9, str(tmp_path / "out"))
     assert "trainer.resume_mode=resume_path" in ov
     assert f"trainer.resume_from_path={os.path.abspath('ckpt/global_step_100')}" in ov
 
@@ -127,5 +128,5 @@ def test_suite_files_and_counts(tmp_path, capsys):
         ev.find_suite_files(data, ["aime", "amc"])
     with pytest.raises(SystemExit, match="unknown suite"):
         ev.find_suite_files(data, ["gsm8k"])
-    assert ev.main(["--model", "m", "--data", data, "--dry-run"]) == 0
+    assert ev.main(["--model", "m", "--data", data, "--n-gpus", "2", "--dry-run"]) == 0
     assert "-m verl_ext.main --config-name verl_ext" in capsys.readouterr().out

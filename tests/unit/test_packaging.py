@@ -59,13 +59,22 @@ def test_gpu_extras_follow_installed_verl(setup_kwargs, extra):
 
 
 def test_vllm_extra_pins_the_issue_versions(setup_kwargs):
-    pins = {canonicalize_name(r.name): str(r.specifier) for r in map(Requirement, setup_kwargs["extras_require"]["vllm"])}
+    reqs = map(Requirement, setup_kwargs["extras_require"]["vllm"])
+    pins = {canonicalize_name(r.name): str(r.specifier) for r in reqs}
     assert pins["vllm"] == "==0.24.0" and pins["torch"] == "==2.11.0" and pins["transformers"] == "==5.9.0"
 
 
 def test_math_verify_is_installed_by_the_readme_install(setup_kwargs):
     names = {canonicalize_name(Requirement(r).name) for r in setup_kwargs["install_requires"]}
     assert "math-verify" in names
+
+
+def _can_build_wheels_here() -> bool:
+    """setuptools with bdist_wheel (>= 70.1, or the wheel package): old venvs from ensurepip lack it."""
+    if importlib.util.find_spec("setuptools") is None:
+        return False
+    return (importlib.util.find_spec("setuptools.command.bdist_wheel") is not None
+            or importlib.util.find_spec("wheel") is not None)
 
 
 def test_non_editable_install_composes_the_main_config(tmp_path):
@@ -77,8 +86,8 @@ def test_non_editable_install_composes_the_main_config(tmp_path):
     for folder in ("verl_ext", "hydra_configs"):
         shutil.copytree(os.path.join(REPO, folder), src / folder, ignore=ignore)
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(src)]
-    if importlib.util.find_spec("setuptools") is not None:
-        cmd.insert(-1, "--no-build-isolation")  # offline; without setuptools here pip fetches it
+    if _can_build_wheels_here():
+        cmd.insert(-1, "--no-build-isolation")  # offline; otherwise pip fetches setuptools from the registry
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(os.listdir(target / "verl_ext" / "hydra_configs")) >= ["base.yaml", "toy_cpu.yaml", "verl_ext.yaml"]

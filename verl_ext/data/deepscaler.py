@@ -48,7 +48,8 @@ def build_rows(records: list[dict], *, data_source: str = DATA_SOURCE, split: st
                             f"its keys: {sorted(record)}")
         extra = {"solution": None if solution is None else str(solution)}
         if "correctness_rate" in record:
-            extra["correctness_rate"] = None if record["correctness_rate"] is None else float(record["correctness_rate"])
+            rate = record["correctness_rate"]
+            extra["correctness_rate"] = None if rate is None else float(rate)
         rows.append(verl_row(data_source, str(problem), answer_text(answer), split, index, extra, system_prompt))
     if not rows:
         raise DataError("no records")
