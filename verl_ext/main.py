@@ -8,6 +8,7 @@ Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu
 from __future__ import annotations
 
 import functools
+import os
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -97,8 +98,19 @@ def run(config: DictConfig) -> None:
     run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
 
 
+def config_dir() -> str:
+    """The Hydra configs: packaged as ``verl_ext/hydra_configs`` by an install (wheel, ``pip install .``), or the
+    repository's top-level ``hydra_configs/`` beside the package (editable install, PYTHONPATH checkout)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = (os.path.join(here, "hydra_configs"), os.path.join(os.path.dirname(here), "hydra_configs"))
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "base.yaml")):
+            return candidate
+    raise FileNotFoundError(f"verl_ext's Hydra configs are not installed: none of {list(candidates)} has base.yaml")
+
+
 # No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
-@hydra.main(config_path="../hydra_configs", config_name="toy_cpu", version_base=None)
+@hydra.main(config_path=config_dir(), config_name="toy_cpu", version_base=None)
 def main(config: DictConfig) -> None:
     run(config)
 
