@@ -2,8 +2,8 @@
 
 The pure parts (the driver's split, the loss's multiplier, the metrics) are checked directly; the loss itself runs
 inside verl's real FSDP2 engine (one CPU rank, the toy Qwen2) and its gradient is compared with autograd of the
-official loss written out by hand: -min(r·Â, clip(r)·Â) with Â_i = A_i·H̄_g/H_i(θ), H_i(θ) the masked mean of the
-full-vocabulary entropy of the temperature-scaled logits, computed with gradients.
+official loss written out by hand: -min(r·Â, clip(r)·Â) with Â_i = A_i·H̄_g/H_i(θ), H_i(θ) the masked mean of
+the full-vocabulary entropy of the temperature-scaled logits, computed with gradients.
 """
 
 from __future__ import annotations

@@ -65,13 +65,11 @@ class EntropyGradPPOLoss:
 
         with torch.no_grad():
             measured = rescaled & torch.isfinite(h_current)
-            ratio = h_current[measured] / h_old[measured]
-        metrics.update({  # plain floats: verl concatenates them over micro-batches and ranks
-            RATIO_SUM: ratio.sum().item(),
-            RATIO_COUNT: float(measured.sum().item()),
-            RESCALED: float(rescaled.sum().item()),
-            FELL_BACK: float(fell_back.sum().item()),
-        })
+            ratio = torch.where(measured, h_current, 0.0) / torch.where(measured, h_old, 1.0)
+            sums = [ratio.sum(), measured.sum(), rescaled.sum(), fell_back.sum()]
+            counts = torch.stack([x.double() for x in sums]).tolist()  # one device sync, not four
+        # plain floats: verl concatenates them over micro-batches and ranks
+        metrics.update({key: float(value) for key, value in zip((RATIO_SUM, RATIO_COUNT, RESCALED, FELL_BACK), counts)})
         return loss, metrics
 
 
