@@ -43,9 +43,13 @@ class EdgeGrpoConfig:
     entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
     factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
     factor_max: Optional[float] = None
+    # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
+    entropy_grad: bool = False
 
     def validate(self, prefix: str = "algorithm.edge_grpo") -> "EdgeGrpoConfig":
         _check(self.entropy_eps >= 0, f"{prefix}.entropy_eps", self.entropy_eps, "must be >= 0")
+        _check(isinstance(self.entropy_grad, bool), f"{prefix}.entropy_grad", self.entropy_grad,
+               "must be true or false")
         for name in ("factor_min", "factor_max"):
             value = getattr(self, name)
             _check(value is None or value > 0, f"{prefix}.{name}", value, "must be null or > 0")
@@ -133,6 +137,24 @@ class ExtAlgorithmConfig:
     edge_grpo: EdgeGrpoConfig = field(default_factory=EdgeGrpoConfig)
     gepo: GepoConfig = field(default_factory=GepoConfig)
     gec: GecConfig = field(default_factory=GecConfig)
+
+
+def validate_entropy_grad(config: Any) -> None:
+    """Start-up checks of ``algorithm.edge_grpo.entropy_grad=true`` against the rest of the run's config.
+
+    The gradient through H_i(θ) lives in the actor loss that verl_ext's trainers install on verl's engine workers
+    (both trainers use them), so it needs adv_estimator=edge_grpo and verl's PPO loss (no distillation loss).
+    """
+    algo = config.algorithm
+    if not load_algorithm_config(algo).edge_grpo.entropy_grad:
+        return
+    key = "algorithm.edge_grpo.entropy_grad"
+    estimator = str(algo_get(algo, "adv_estimator", ""))
+    _check(estimator == "edge_grpo", key, True,
+           f"applies to algorithm.adv_estimator=edge_grpo only (got {estimator!r}); set it to false")
+    distillation = config.get("distillation", None) if hasattr(config, "get") else None
+    _check(not (distillation and distillation.get("enabled", False)), key, True,
+           "cannot be combined with distillation.enabled=true (the distillation loss replaces the PPO loss)")
 
 
 def _sub_node(algo_cfg: Any, name: str) -> dict:

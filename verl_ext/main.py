@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import load_algorithm_config, register_structured_configs
+from verl_ext.config import load_algorithm_config, register_structured_configs, validate_entropy_grad
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
@@ -93,6 +93,7 @@ def run(config: DictConfig) -> None:
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     validate_extension_config(config)
+    validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
