@@ -49,9 +49,13 @@ class EdgeGrpoConfig:
     entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
     factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
     factor_max: Optional[float] = None
+    # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
+    entropy_grad: bool = False
 
     def validate(self, prefix: str = "algorithm.edge_grpo") -> "EdgeGrpoConfig":
         _check(self.entropy_eps >= 0, f"{prefix}.entropy_eps", self.entropy_eps, "must be >= 0")
+        _check(isinstance(self.entropy_grad, bool), f"{prefix}.entropy_grad", self.entropy_grad,
+               "must be true or false")
         for name in ("factor_min", "factor_max"):
             value = getattr(self, name)
             _check(value is None or value > 0, f"{prefix}.{name}", value, "must be null or > 0")
@@ -63,7 +67,7 @@ class EdgeGrpoConfig:
 
 @dataclass
 class GepoConfig:
-    """Group Entropy-Controlled Policy Optimization. Bold defaults of the spec; the rest are INFERRED options."""
+    """Group Entropy-Controlled Policy Optimization (docs/gepo.md): paper defaults, plus options it leaves open."""
 
     alpha_low: float = 0.5  # multiplier of positive advantages in low-entropy groups
     alpha_high: float = 0.2  # multiplier of negative advantages in high-entropy groups
@@ -91,7 +95,7 @@ class GepoConfig:
         _unit_interval(f"{prefix}.ema_gamma", self.ema_gamma, open_low=True)
         if self.enforce_alpha_order:
             _check(self.alpha_high < self.alpha_low, f"{prefix}.alpha_high", self.alpha_high,
-                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO §2.3: a harder low-entropy intervention "
+                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO paper: a harder low-entropy intervention "
                    f"causes length collapse); set {prefix}.enforce_alpha_order=false to run it anyway")
         _choice(f"{prefix}.entropy_estimator", self.entropy_estimator, ENTROPY_ESTIMATORS)
         _choice(f"{prefix}.logprob_source", self.logprob_source, ("old", "rollout"))
@@ -122,7 +126,7 @@ ANSWER_PLACEHOLDER = "{answer}"
 
 @dataclass
 class GecConfig:
-    """Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline; applied to training rollouts only."""
+    """Guided Error Correction (docs/edge-grpo.md) and the +Force-R baseline; applied to training rollouts only."""
 
     enable: bool = False
     mode: str = "gec"  # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only)
@@ -160,6 +164,24 @@ class ExtAlgorithmConfig:
     edge_grpo: EdgeGrpoConfig = field(default_factory=EdgeGrpoConfig)
     gepo: GepoConfig = field(default_factory=GepoConfig)
     gec: GecConfig = field(default_factory=GecConfig)
+
+
+def validate_entropy_grad(config: Any) -> None:
+    """Start-up checks of ``algorithm.edge_grpo.entropy_grad=true`` against the rest of the run's config.
+
+    The gradient through H_i(θ) lives in the actor loss that verl_ext's trainers install on verl's engine workers
+    (both trainers use them), so it needs adv_estimator=edge_grpo and verl's PPO loss (no distillation loss).
+    """
+    algo = config.algorithm
+    if not load_algorithm_config(algo).edge_grpo.entropy_grad:
+        return
+    key = "algorithm.edge_grpo.entropy_grad"
+    estimator = str(algo_get(algo, "adv_estimator", ""))
+    _check(estimator == "edge_grpo", key, True,
+           f"applies to algorithm.adv_estimator=edge_grpo only (got {estimator!r}); set it to false")
+    distillation = config.get("distillation", None) if hasattr(config, "get") else None
+    _check(not (distillation and distillation.get("enabled", False)), key, True,
+           "cannot be combined with distillation.enabled=true (the distillation loss replaces the PPO loss)")
 
 
 def _sub_node(algo_cfg: Any, name: str) -> dict:

@@ -8,12 +8,15 @@ Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu
 from __future__ import annotations
 
 import functools
+import os
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import load_algorithm_config, register_structured_configs, validate_feature_combinations
+from verl_ext.config import (load_algorithm_config, register_structured_configs, validate_entropy_grad,
+                              validate_feature_combinations)
+from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
 
@@ -54,7 +57,35 @@ def validate_extension_config(config: DictConfig) -> None:
     validate_feature_combinations(config, ext)  # verl_ext/config.py: refusals naming both settings
 
 
+def select_platform(config: DictConfig) -> None:
+    """CPU mode is explicit (``verl_ext.cpu``): ``trainer.device=cpu`` turns it on here, before verl resolves its
+    platform (importing ``verl.trainer.main_ppo`` does) and before Ray starts.
+
+    ``VERL_PLATFORM=cpu`` then reaches every Ray worker by two routes: the driver's environment, which a local
+    cluster started by ``ray.init`` inherits, and the job's ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray
+    applies to every actor of the job (merged into actors' own ``env_vars``), also on an existing cluster.
+    """
+    from verl_ext.config import ConfigError
+
+    if str(config.trainer.get("device", "")) == "cpu":
+        try:
+            enable_cpu_mode()
+        except ValueError as e:
+            raise ConfigError(f"trainer.device=cpu: {e}") from None
+    if not is_cpu_support_active():
+        return
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        if ray_init.runtime_env.get("env_vars") is None:
+            ray_init.runtime_env.env_vars = {}
+        ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
+
+
 def run(config: DictConfig) -> None:
+    select_platform(config)  # first: the imports below resolve verl's platform
+
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -64,13 +95,25 @@ def run(config: DictConfig) -> None:
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     validate_extension_config(config)
+    validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
 
 
+def config_dir() -> str:
+    """The Hydra configs: packaged as ``verl_ext/hydra_configs`` by an install (wheel, ``pip install .``), or the
+    repository's top-level ``hydra_configs/`` beside the package (editable install, PYTHONPATH checkout)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = (os.path.join(here, "hydra_configs"), os.path.join(os.path.dirname(here), "hydra_configs"))
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "base.yaml")):
+            return candidate
+    raise FileNotFoundError(f"verl_ext's Hydra configs are not installed: none of {list(candidates)} has base.yaml")
+
+
 # No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
-@hydra.main(config_path="../hydra_configs", config_name="toy_cpu", version_base=None)
+@hydra.main(config_path=config_dir(), config_name="toy_cpu", version_base=None)
 def main(config: DictConfig) -> None:
     run(config)
 

@@ -51,6 +51,8 @@ def run_main(tmp_path):
 
     def _run(*overrides: str, timeout: int = 420) -> Run:
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
+        env.pop("VERL_PLATFORM", None)
         args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console]",
                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
         proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)

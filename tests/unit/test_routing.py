@@ -76,7 +76,7 @@ def bare_legacy_trainer(estimator, tmp_path=None, step=0):
 def test_legacy_fit_routes_verl_compute_advantage_and_restores_it(monkeypatch):
     seen = {}
 
-    def fake_fit(self):  # what verl's fit() does at ray_trainer.py:1667
+    def fake_fit(self):  # what verl's RayPPOTrainer.fit() does: calls the module-level compute_advantage
         data = make_batch()
         seen["data"] = ray_trainer.compute_advantage(data, adv_estimator="gepo", gamma=1.0, lam=1.0, num_repeat=4,
                                                      norm_adv_by_std_in_grpo=True, config=self.config.algorithm)

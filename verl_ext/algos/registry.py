@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from verl_ext.algos.edge_grpo import edge_grpo_advantage
+from verl_ext.algos.edge_grpo import edge_grpo_advantage, entropy_grad_split
 from verl_ext.algos.gepo import gepo_advantage, group_entropy
 from verl_ext.algos.groups import first_member, group_ids, group_mean_std
 from verl_ext.algos.grpo import base_scalar_advantage
@@ -61,11 +61,20 @@ def _to_token_level(adv: torch.Tensor, response_mask: torch.Tensor, dtype) -> tu
     return out, out
 
 
-def _eda(adv, entropy, response_mask, gid, num_groups, eda_cfg, with_stats):
+def _require_entropy(entropy):
     if entropy is None:
         raise ValueError(f"edge_grpo needs the per-token entropy (entropy=...); {_NEEDS_TRAINER}")
+
+
+def _eda(adv, entropy, response_mask, gid, num_groups, eda_cfg, with_stats):
+    _require_entropy(entropy)
     return edge_grpo_advantage(adv, entropy.to(adv.device), response_mask, gid, num_groups,
                                eda_cfg.entropy_eps, eda_cfg.factor_min, eda_cfg.factor_max, with_stats)
+
+
+# per-response fields the entropy_grad loss reads (verl_ext/trainer/eda_loss.py); 0 where EDA does not rescale
+EDA_H_BAR_KEY = "eda_h_bar"
+EDA_H_OLD_KEY = "eda_h_old"
 
 
 @register_adv_est("edge_grpo")
@@ -77,19 +86,35 @@ def compute_edge_grpo_outcome_advantage(
     entropy: torch.Tensor | None = None,
     epsilon: float = 1e-6,
     metrics: dict | None = None,
+    loss_inputs: dict | None = None,
     **_unused,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """EDGE-GRPO's Entropy-Driven Advantage: Â_i = A_i^GRPO · H̄_g / H_i (see ``algos/edge_grpo.py``)."""
+    """EDGE-GRPO's Entropy-Driven Advantage: Â_i = A_i^GRPO · H̄_g / H_i (see ``algos/edge_grpo.py``).
+
+    With ``edge_grpo.entropy_grad`` the advantages are the same, and ``loss_inputs`` receives the per-response
+    H̄_g and H_i(old) (``EDA_H_BAR_KEY``, ``EDA_H_OLD_KEY``) with which the actor loss swaps H_i(old) for H_i(θ).
+    """
     cfg = load_algorithm_config(config)
+    if cfg.edge_grpo.entropy_grad and loss_inputs is None:
+        raise ValueError("edge_grpo with entropy_grad=true needs loss_inputs={} (the fields its actor loss reads) "
+                         "and that loss installed on the actor; run through `python -m verl_ext.main`")
     token_level_rewards, response_mask, tensors, _ = _checked_inputs(
         token_level_rewards, response_mask, _unused.get("data_source"), {"entropy": entropy, **_unused})
+    entropy = tensors["entropy"]
     out_dtype = advantage_dtype(token_level_rewards)
     with torch.no_grad():
         _, gid, num_groups, grpo_adv = _grpo_base(token_level_rewards, index, config, epsilon)
         if num_groups == 0:
             return _to_token_level(grpo_adv, response_mask, out_dtype)
-        adv, stats = _eda(grpo_adv, tensors["entropy"], response_mask, gid, num_groups, cfg.edge_grpo,
-                          metrics is not None)
+        if cfg.edge_grpo.entropy_grad:
+            _require_entropy(entropy)
+            e = cfg.edge_grpo
+            adv, h_bar, h_old, stats = entropy_grad_split(grpo_adv, entropy, response_mask, gid, num_groups,
+                                                          e.entropy_eps, e.factor_min, e.factor_max,
+                                                          metrics is not None)
+            loss_inputs.update({EDA_H_BAR_KEY: h_bar, EDA_H_OLD_KEY: h_old})
+        else:
+            adv, stats = _eda(grpo_adv, entropy, response_mask, gid, num_groups, cfg.edge_grpo, metrics is not None)
     if metrics is not None:  # diagnostics only when someone logs them
         metrics.update(stats)
         metrics.update(_modified_fraction(adv, grpo_adv))

@@ -1,15 +1,15 @@
-"""Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline (§4): the pure logic.
+"""Guided Error Correction (EDGE-GRPO) and the +Force-R baseline (docs/edge-grpo.md): the pure logic.
 
 No ray / verl imports here: the agent loop (``verl_ext.rollout.gec_agent_loop``) does the I/O (generation,
 reward, tokenizer) and calls these functions; the trainer glue calls :func:`gec_step_metrics`.
 
-What the official code does and what this port keeps (spec §3, §4, §7):
+What the official code does and what this port keeps (docs/edge-grpo.md):
   * every response whose reward is below ``correct_threshold`` is edited, correct ones are left alone, the
     group keeps its n members;
   * mode ``gec``: one branch per wrong response, drawn with p_reflect / p_answer / p_solution;
     mode ``force_reflect``: always the reflection branch (cue + policy continuation, no ground truth);
   * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``).
-Deviations, on purpose (spec §7): the new response is built by concatenating token ids (no decode/re-encode),
+Deviations, on purpose (docs/edge-grpo.md): the new response is built by concatenating token ids (no decode/re-encode),
 so the prompt/response boundary is exact and the response keeps an EOS: the original response's own
 terminator (or the tokenizer's EOS when it had none) closes the answer and solution branches; a reflection
 continuation keeps exactly what the policy generated (EOS included iff the policy stopped by itself -- a

@@ -74,9 +74,11 @@ def compute_extension_advantage(
     """Run a verl_ext estimator on ``data`` in place; returns (data, metrics)."""
     kwargs = estimator_kwargs(data, config, history)
     metrics: dict[str, float] = {}
-    advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics)
+    loss_inputs: dict[str, torch.Tensor] = {}  # per-response fields for the actor loss (edge_grpo.entropy_grad)
+    advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics, loss_inputs=loss_inputs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
+    data.batch.update(loss_inputs)
     metrics.update(batch_diagnostics(kwargs, advantages))
     return data, metrics
 

@@ -1,8 +1,8 @@
 """verl's TaskRunners (the Ray actor that hosts the trainer, i.e. the driver), pointed at verl_ext's trainers.
 
 Both of verl's runners pick their trainer class by a lookup at call time (v1: the trainer registry; legacy: the
-global ``RayPPOTrainer``, hard-coded at main_ppo_v0.py:218), so each runner here redirects that lookup inside its
-own process and then runs verl's ``run`` unchanged.
+global ``RayPPOTrainer``, named in ``main_ppo_v0.TaskRunner.run``), so each runner here redirects that lookup
+inside its own process and then runs verl's ``run`` unchanged.
 """
 
 from __future__ import annotations

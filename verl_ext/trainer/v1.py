@@ -4,21 +4,34 @@
 ``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
 trainer_base (looked up at call time) through the shared function for verl_ext estimators; everything else in
 verl's step (KL-in-reward, rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
-``gec/...`` metrics are computed here too, for any estimator.
+``gec/...`` metrics are computed here too, for any estimator.  With ``edge_grpo.entropy_grad`` the per-response
+fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
 """
 
 from __future__ import annotations
 
 import torch
 import transfer_queue as tq
+from tensordict import TensorDict
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
+from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator
+from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
 
 
 class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
+    def on_init_end(self):
+        self._ext_install_entropy_grad_loss()
+        return super().on_init_end()
+
+    def _update_actor(self, batch, metrics):
+        batch = super()._update_actor(batch, metrics)
+        summarize_entropy_grad_metrics(metrics)
+        return batch
+
     def _compute_advantage(self, batch, metrics):
         if self.ext_config.gec.enable:
             metrics.update(self._v1_gec_metrics(batch))
@@ -29,16 +42,23 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         data_source = extra.pop("data_source", None)
         entropy = extra.to_padded_tensor()["entropy"]
 
+        loss_fields = {}
+
         def routed(data, batch_keys, adv_estimator, *args, **kwargs):
             if not is_extension_estimator(adv_estimator):
                 return verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
             data.batch[ENTROPY_KEY] = _fit_width(entropy, data.batch["response_mask"])
             if data_source is not None:
                 data.non_tensor_batch["data_source"] = as_object_array(data_source)
-            return self._ext_compute_advantage(data)
+            data = self._ext_compute_advantage(data)
+            loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY) if k in data.batch.keys()})
+            return data
 
         with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
             batch = super()._compute_advantage(batch, metrics)
+        if loss_fields:  # verl writes back only advantages/returns; the entropy_grad loss also reads these
+            batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                                    fields=TensorDict(loss_fields, batch_size=len(batch)))
         metrics.update(self._ext_take_metrics())
         return batch
 
