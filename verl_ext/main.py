@@ -14,8 +14,12 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import (load_algorithm_config, register_structured_configs, validate_entropy_grad,
-                              validate_feature_combinations)
+from verl_ext.config import (
+    load_algorithm_config,
+    register_structured_configs,
+    validate_entropy_grad,
+    validate_feature_combinations,
+)
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()

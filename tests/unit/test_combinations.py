@@ -60,7 +60,8 @@ def test_gepo_rollout_log_probs_with_gec_is_refused_unless_injected_tokens_are_m
 
 def test_the_supported_combinations_pass():
     validate("algorithm.adv_estimator=gepo", GEC, "algorithm.gepo.base=rloo", "algorithm.norm_adv_by_std_in_grpo=false",
-             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm", "actor_rollout_ref.actor.use_kl_loss=true",
-             "actor_rollout_ref.actor.ppo_epochs=2", "trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
-             "algorithm.filter_groups.enable=true", "algorithm.gepo.ema_init=warmup_pool", "algorithm.gepo.warmup_steps=3",
+             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+             "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.ppo_epochs=2", "trainer.use_v1=true",
+             "trainer.v1.trainer_mode=separate_async", "algorithm.filter_groups.enable=true",
+             "algorithm.gepo.ema_init=warmup_pool", "algorithm.gepo.warmup_steps=3",
              "algorithm.gepo.threshold_source=window")

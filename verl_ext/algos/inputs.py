@@ -50,8 +50,8 @@ def check_batch_tensors(
             raise ValueError(f"{name} must be a torch.Tensor of shape {_shape(token_level_rewards)} "
                              f"(like token_level_rewards), got {type(value).__name__}")
         if value.shape != shape:
-            raise ValueError(f"{name} has shape {_shape(value)}, but token_level_rewards has {_shape(token_level_rewards)}; "
-                             "every (B, T) input must have the same shape")
+            raise ValueError(f"{name} has shape {_shape(value)}, but token_level_rewards has "
+                             f"{_shape(token_level_rewards)}; every (B, T) input must have the same shape")
         if value.dtype == torch.bool and name != "response_mask":
             raise ValueError(f"{name} must be a floating-point tensor, got dtype torch.bool")
         checked[name] = value if value.device == device else value.to(device)
