@@ -42,13 +42,18 @@ def test_v1_trainer(run_main, estimator):
 
 
 def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
+    # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
-                   "ray_kwargs.ray_init.num_gpus=2")
+                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear")
     steps = run.metrics()
     trained(steps)
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values
         assert values["gec/frac_edited"] > 0 and "gec/groups_rescued" in values
+        # GEC's length budget: every edit fits, nothing cut
+        assert values["gec/truncated"] == 0 and values["gec/count/answer_no_room"] == 0
+    # verl logs the LR after the scheduler step: toy lr 1e-3 decays linearly to 0 over the 2 steps
+    assert steps[1]["actor/lr"] == pytest.approx(0.5e-3) and steps[2]["actor/lr"] == pytest.approx(0.0)
     assert "hf_server_1_0" in run.output  # one rollout server per training rank: the sharded path ran
 
 
