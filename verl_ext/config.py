@@ -285,7 +285,8 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
         raise ConfigError(
             "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
         )
-    if estimator in GROUP_ESTIMATORS and n < 2:
+    trains = not bool(_node_get(_node_get(config, "trainer", None), "val_only", False))  # val_only: no advantage
+    if trains and estimator in GROUP_ESTIMATORS and n < 2:
         raise ConfigError(
             f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
             "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
