@@ -1,6 +1,6 @@
 """``lr_scheduler_type: linear`` for verl's FSDP engine: the linear decay EDGE-GRPO trained with.
 
-EDGE-GRPO's runs use Hugging Face's linear schedule (lr -> 0 over the run, no warm-up; edge-grpo-spec §6).
+EDGE-GRPO's runs use Hugging Face's linear schedule (lr -> 0 over the run, no warm-up; docs/edge-grpo.md).
 verl 0.9.1's FSDP optimizer config accepts only ``constant`` and ``cosine`` (``FSDPOptimizerConfig.__post_init__``
 asserts it, ``FSDPEngine._build_lr_scheduler`` raises for anything else; Megatron has ``linear`` already).
 :func:`install` (run by ``verl_ext.plugin`` in every process) adds ``linear`` and leaves every other value to verl:

@@ -94,7 +94,7 @@ def _verl_accepts(cfg):
 
 
 def test_edge_grpo_paper_preset_is_the_papers_setting():
-    """edge-grpo-spec §6 mapped to verl, value by value."""
+    """docs/edge-grpo.md's original setup mapped to verl, value by value."""
     from verl_ext.rollout.gec import first_generation_budget
 
     cfg = _compose("edge_grpo_paper")
