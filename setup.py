@@ -21,6 +21,7 @@ setup(
         "numpy",
         "pandas",
         "pyarrow",
+        "matplotlib",  # python -m verl_ext.report
         # needed by verl 0.9.1 at run time but not declared by its core install
         "cachetools",
         "fastapi",

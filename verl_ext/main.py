@@ -8,6 +8,7 @@ Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu
 from __future__ import annotations
 
 import functools
+import time
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +17,8 @@ import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; impor
 from verl_ext.config import load_algorithm_config, register_structured_configs
 
 register_structured_configs()
+
+RAY_LOG_GRACE_S = 2.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +57,7 @@ def validate_extension_config(config: DictConfig) -> None:
 
 
 def run(config: DictConfig) -> None:
+    import ray
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -65,7 +69,15 @@ def run(config: DictConfig) -> None:
     validate_extension_config(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
+    try:
+        run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    finally:
+        if started_ray:  # each job of a multirun (-m) gets a fresh Ray: no actors or resources left from the last
+            # Ray's log monitor forwards the TaskRunner's stdout (the last step's console metrics) to this process
+            # a moment later (every 0.1 s, more on a busy machine); shutting down at once would drop those lines
+            time.sleep(RAY_LOG_GRACE_S)
+            ray.shutdown()
 
 
 # No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
