@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -19,6 +20,8 @@ from verl_ext.config import register_structured_configs, validate_entropy_grad, 
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
+
+RAY_LOG_GRACE_S = 2.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,6 +64,7 @@ def select_platform(config: DictConfig) -> None:
 def run(config: DictConfig) -> None:
     select_platform(config)  # first: the imports below resolve verl's platform
 
+    import ray
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -73,7 +77,15 @@ def run(config: DictConfig) -> None:
     validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
+    try:
+        run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    finally:
+        if started_ray:  # each job of a multirun (-m) gets a fresh Ray: no actors or resources left from the last
+            # Ray's log monitor forwards the TaskRunner's stdout (the last step's console metrics) to this process
+            # a moment later (every 0.1 s, more on a busy machine); shutting down at once would drop those lines
+            time.sleep(RAY_LOG_GRACE_S)
+            ray.shutdown()
 
 
 def config_dir() -> str:
