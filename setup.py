@@ -53,6 +53,7 @@ setup(
         "pandas",
         "pyarrow",
         "math-verify>=0.9.0,<0.10",  # the boxed-math reward (verl_ext.rewards.math)
+        "matplotlib",  # python -m verl_ext.report
         # needed by verl 0.9.1 at run time but not declared by its core install
         "cachetools",
         "fastapi",

@@ -1,9 +1,10 @@
 """Configuration of verl_ext's algorithm nodes: ``algorithm.edge_grpo``, ``algorithm.gepo``, ``algorithm.gec``.
 
 These dataclasses are the single source of defaults and validation.  ``register_structured_configs`` puts them in
-Hydra's ConfigStore, and ``hydra_configs/verl_ext.yaml`` only composes them under ``algorithm`` next to verl's
-own ``ppo_trainer`` config.  The estimators accept the ``algorithm`` node as a DictConfig, a plain dict or verl's
-``AlgoConfig``; a missing sub-node or key means the paper's default.
+Hydra's ConfigStore, and ``hydra_configs/base.yaml`` only composes them under ``algorithm`` next to verl's
+own ``ppo_trainer`` config.  :func:`validate_run_config` holds the start-up checks that span verl's and verl_ext's
+keys (``python -m verl_ext.main`` runs it before verl's own).  The estimators accept the ``algorithm`` node as a
+DictConfig, a plain dict or verl's ``AlgoConfig``; a missing sub-node or key means the paper's default.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Optional
 from verl_ext.algos.gepo import ENTROPY_ESTIMATORS
 from verl_ext.algos.grpo import BASE_ADVANTAGES
 from verl_ext.algos.history import EMA_INITS, THRESHOLD_SOURCES, ThresholdRule
+from verl_ext.rollout import GEC_AGENT_NAME
 
 ADV_ESTIMATORS = ("edge_grpo", "gepo")
 
@@ -235,6 +237,135 @@ def algo_get(algo_cfg: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+# ---------------------------------------------------------------- start-up checks across verl's and verl_ext's keys
+
+GROUP_ESTIMATORS = ADV_ESTIMATORS  # estimators whose advantage is relative to a group of rollout.n responses
+
+
+def _node_get(node: Any, key: str, default: Any = None) -> Any:
+    if node is None:
+        return default
+    value = node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
+    return default if value is None else value
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value]
+
+
+def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
+    """Per local parquet file with an ``agent_name`` column: {agent name: row count}.
+
+    Only that column is read (pyarrow). Files that do not exist here (remote paths, data not written yet) and
+    non-parquet files are skipped: verl's own loader reports those.
+    """
+    import os
+
+    found: dict[str, dict[Any, int]] = {}
+    for path in _as_list(files):
+        local = os.path.expanduser(str(path))
+        if not local.endswith(".parquet") or not os.path.isfile(local):
+            continue
+        import pyarrow.parquet as pq
+
+        if "agent_name" not in pq.read_schema(local).names:
+            continue
+        counts: dict[Any, int] = {}
+        for name in pq.read_table(local, columns=["agent_name"]).column("agent_name").to_pylist():
+            counts[name] = counts.get(name, 0) + 1
+        found[str(path)] = counts
+    return found
+
+
+def validate_run_config(config: Any) -> ExtAlgorithmConfig:
+    """Start-up checks of a composed run config (verl's ppo_trainer plus verl_ext's nodes); returns the ext config.
+
+    Besides each node's own ranges, refuses the combinations that would silently turn a method off or corrupt it,
+    with a ConfigError naming the settings: group estimators or GEC with ``rollout.n < 2`` (every group has one
+    member), GEC whose rollouts never reach the ``gec_agent`` loop, GEC with anything that uses rollout log-probs as
+    the behaviour policy (injected tokens carry rollout log-prob 0.0) unless ``gec.mask_injected`` takes them out of
+    the response mask, settings the estimators cannot run with, and :data:`FEATURE_COMBINATION_CHECKS`.
+    """
+    algorithm = config.algorithm
+    ext = load_algorithm_config(algorithm)
+    estimator = str(algorithm.adv_estimator)
+    rollout = config.actor_rollout_ref.rollout
+    rollout_corr = _node_get(algorithm, "rollout_correction", {})
+    bypass = bool(_node_get(rollout_corr, "bypass_mode", False))
+    n = int(_node_get(rollout, "n", 1))
+    gec = ext.gec
+    validate_feature_combinations(config, ext)
+
+    needs_entropy = estimator == "edge_grpo" or (
+        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
+    )
+    if needs_entropy and bypass:
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator} needs the per-token entropy of the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
+        )
+    if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
+        _node_get(rollout, "calculate_log_probs", False) or bypass
+    ):
+        raise ConfigError(
+            "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    trains = not bool(_node_get(_node_get(config, "trainer", None), "val_only", False))  # val_only: no advantage
+    if trains and estimator in GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
+            "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
+            "(EDGE-GRPO samples 8, GEPO 16); set actor_rollout_ref.rollout.n >= 2"
+        )
+    if not gec.enable:
+        return ext
+
+    if n < 2:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.gec.enable=true: GEC corrects wrong responses "
+            "so that all-wrong groups get a learning signal, which needs groups; set actor_rollout_ref.rollout.n >= 2"
+        )
+    default_loop = _node_get(_node_get(rollout, "agent", None), "default_agent_loop", None)
+    if default_loop != GEC_AGENT_NAME:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} with algorithm.gec.enable=true: GEC "
+            f"runs only in the {GEC_AGENT_NAME!r} agent loop; set default_agent_loop={GEC_AGENT_NAME} (verl_ext's "
+            "configs do) or algorithm.gec.enable=false"
+        )
+    for path, counts in data_agent_names(_node_get(config.data, "train_files", None)).items():
+        other = {k: v for k, v in counts.items() if k != GEC_AGENT_NAME}
+        if other:
+            raise ConfigError(
+                f"data.train_files {path} has an agent_name column that sends {sum(other.values())} of "
+                f"{sum(counts.values())} rows to {sorted(map(str, other))} (verl prefers that column over "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop), so algorithm.gec.enable=true would never "
+                f"correct them; drop the column or set it to {GEC_AGENT_NAME!r}, or set algorithm.gec.enable=false"
+            )
+    uses_rollout_logprobs = [
+        key for key, on in (
+            ("algorithm.rollout_correction.bypass_mode=true", bypass),
+            (f"algorithm.rollout_correction.rollout_is={_node_get(rollout_corr, 'rollout_is', None)!r}",
+             _node_get(rollout_corr, "rollout_is", None) is not None),
+            (f"algorithm.rollout_correction.rollout_rs={_node_get(rollout_corr, 'rollout_rs', None)!r}",
+             _node_get(rollout_corr, "rollout_rs", None) is not None),
+            ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
+        ) if on
+    ]
+    if uses_rollout_logprobs and not gec.mask_injected:  # masked tokens are out of the loss, IS/RS and H_g
+        raise ConfigError(
+            f"algorithm.gec.enable=true cannot be combined with {', '.join(uses_rollout_logprobs)}: these use the "
+            "rollout engine's log-probs as the behaviour policy, and the tokens GEC injects (cue, answer template, "
+            "reference solution) were never sampled, so their rollout log-prob is 0.0; turn them off (the loss then "
+            "uses the recomputed old_log_probs, as the original does), set algorithm.gec.mask_injected=true (the "
+            "injected tokens leave the response mask) or set algorithm.gec.enable=false"
+        )
+    return ext
+
+
 def register_structured_configs() -> None:
     """Put the dataclasses in Hydra's ConfigStore as ``verl_ext/edge_grpo``, ``verl_ext/gepo``, ``verl_ext/gec``."""
     from hydra.core.config_store import ConfigStore
@@ -277,36 +408,7 @@ def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
             "run would silently train on unfiltered groups; set trainer.use_v1=true")
 
 
-_ROLLOUT_LOGPROB_USERS = {  # rollout_correction keys that read rollout_log_probs, and what they would do with 0.0
-    "bypass_mode": "use them as the PPO old log-probs (ratio π_θ/1 on injected tokens)",
-    "rollout_is": "weight injected tokens by π_old/1 (importance sampling against a log-prob nothing sampled)",
-    "rollout_rs": "reject or keep responses by a policy mismatch that GEC's injected tokens fake",
-}
-
-
-def check_gec_rollout_log_probs(config: Any, ext: ExtAlgorithmConfig) -> None:
-    """GEC's injected tokens carry rollout log-prob 0.0 (nothing sampled them): nothing may read those as real.
-
-    With ``algorithm.gec.mask_injected=true`` the injected tokens are out of the response mask, so every reader
-    below is fine again.
-    """
-    if not ext.gec.enable or ext.gec.mask_injected:
-        return
-    fix = "set algorithm.gec.mask_injected=true (injected tokens out of the loss) or turn the other setting off"
-    for key, misuse in _ROLLOUT_LOGPROB_USERS.items():
-        value = _select(config, f"algorithm.rollout_correction.{key}", None)
-        if value not in (None, False):
-            raise ConfigError(
-                f"algorithm.gec.enable=true with algorithm.rollout_correction.{key}={value}: GEC's injected tokens "
-                f"have rollout log-prob 0.0 (nothing sampled them), so verl would {misuse}; {fix}")
-    if str(_select(config, "algorithm.adv_estimator", "")) == "gepo" and ext.gepo.logprob_source == "rollout":
-        raise ConfigError(
-            "algorithm.gepo.logprob_source=rollout with algorithm.gec.enable=true: GEC's injected tokens have rollout "
-            "log-prob 0.0, which H_g would read as certain tokens (entropy 0) and bias the thresholds; use "
-            f"algorithm.gepo.logprob_source=old (the default) or {fix.removeprefix('set ')}")
-
-
-FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_rollout_log_probs)
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

@@ -3,7 +3,7 @@
     python -m verl_ext.evaluate --model Qwen/Qwen2.5-Math-7B --data data/eval --n-gpus 8
     python -m verl_ext.evaluate --model Qwen/Qwen2.5-Math-7B --checkpoint ckpts/global_step_1000 --data data/eval
 
-The paper's settings (spec §8) are the defaults: one sample per problem (``--n 1``) at temperature 0.1
+The paper's settings (docs/edge-grpo.md) are the defaults: one sample per problem (``--n 1``) at temperature 0.1
 (``--temperature``), top-p 1, at most 3000 new tokens (``--max-tokens``), prompts of at most 1096 tokens (vLLM's
 ``max_model_len`` 4096 in the original), the boxed-math reward (``verl_ext.rewards.math``). It runs
 
@@ -38,7 +38,7 @@ from typing import Optional
 
 from verl_ext.data.eval_suites import SUITE_BY_NAME, SUITES
 
-# Pass@1 (%) after one epoch on DeepScaleR-Hard-1K (EDGE-GRPO, spec §8): model, method, the paper's Avg (1560),
+# Pass@1 (%) after one epoch on DeepScaleR-Hard-1K (EDGE-GRPO paper, Table 1): model, method, the paper's Avg (1560),
 # then AIME, AMC, MATH500, Minerva, OlympiadBench (the order of SUITES)
 _PAPER_TABLE = (
     ("1.5B", "SFT", 29.17, (6.67, 28.92, 46.40, 12.87, 24.00)),

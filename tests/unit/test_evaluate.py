@@ -89,8 +89,8 @@ def test_overrides_compose_into_a_valid_val_only_config(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_ext.config import register_structured_configs
-    from verl_ext.main import config_dir, validate_extension_config
+    from verl_ext.config import register_structured_configs, validate_run_config
+    from verl_ext.main import config_dir
 
     data = _suite_dir(tmp_path, {"aime": 5, "amc": 4})
     files = ev.find_suite_files(data)
@@ -111,7 +111,7 @@ def test_overrides_compose_into_a_valid_val_only_config(tmp_path):
     assert list(cfg.data.val_files) == [os.path.abspath(files["aime"]), os.path.abspath(files["amc"])]
     assert cfg.reward.custom_reward_function.path == "pkg://verl_ext.rewards.math"
     assert list(cfg.trainer.logger) == ["console", "file"] and cfg.algorithm.gec.enable is False
-    validate_extension_config(cfg)
+    validate_run_config(cfg)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
 
     ckpt = ev.parse_args(["--model", "m", "--data", data, "--checkpoint", "ckpt/global_step_100"])

@@ -318,7 +318,8 @@ def test_loaded_by_verl_with_reward_kwargs():
 def test_gec_agent_loop_with_this_reward(scale):
     """GEC edits exactly the wrong responses (acc 0) and leaves right ones, on both scales.
 
-    GEC here still compares the reward's score with ``correct_threshold``; 2.0 is "acc 1" on both scales.
+    GEC decides right/wrong from the reward's ``acc`` (not from ``score >= correct_threshold``): on the "checked"
+    scale a boxed wrong answer scores 1 = the default threshold, and on the original scale every answer scores >= 1.
     """
     from tests.unit.test_gec import FakeServer, make_config, run_loop
     from verl_ext.toy.tokenizer import build_tokenizer
@@ -326,8 +327,7 @@ def test_gec_agent_loop_with_this_reward(scale):
     tok = build_tokenizer()
 
     def config():
-        c = make_config("pkg://verl_ext.rewards.math", p_reflect=0.0, p_answer=1.0, p_solution=0.0,
-                        correct_threshold=2.0)
+        c = make_config("pkg://verl_ext.rewards.math", p_reflect=0.0, p_answer=1.0, p_solution=0.0)
         c.reward.custom_reward_function.reward_kwargs = {"scale": scale}
         return c
 

@@ -90,7 +90,10 @@ def test_non_editable_install_composes_the_main_config(tmp_path):
         cmd.insert(-1, "--no-build-isolation")  # offline; otherwise pip fetches setuptools from the registry
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert sorted(os.listdir(target / "verl_ext" / "hydra_configs")) >= ["base.yaml", "toy_cpu.yaml", "verl_ext.yaml"]
+    repo_configs = {p.relative_to(src / "hydra_configs") for p in (src / "hydra_configs").rglob("*.yaml")}
+    installed = {p.relative_to(target / "verl_ext" / "hydra_configs")
+                 for p in (target / "verl_ext" / "hydra_configs").rglob("*.yaml")}
+    assert repo_configs and repo_configs <= installed, repo_configs - installed  # config groups in subfolders too
     assert not (target / "hydra_configs").exists()  # not a stray top-level folder in site-packages
     assert (target / "verl_ext" / "rewards" / "math_verify_worker.py").is_file()
 

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Iterable, Optional
 
-# Qwen2.5-Math's own default system prompt, used by EDGE-GRPO for training and evaluation (spec §6, §8)
+# Qwen2.5-Math's own default system prompt, used by EDGE-GRPO for training and evaluation (docs/edge-grpo.md)
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 ABILITY = "math"
 LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")

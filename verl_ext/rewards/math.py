@@ -1,4 +1,4 @@
-"""Boxed-math reward (EDGE-GRPO spec §5) for verl's custom reward function, graded with math-verify.
+"""Boxed-math reward (EDGE-GRPO's reward, docs/edge-grpo.md "Reward and evaluation") for verl's custom reward function, graded with math-verify.
 
 Use it with ``reward.custom_reward_function.path=pkg://verl_ext.rewards.math`` (``name`` defaults to
 ``compute_score``); options go in ``+reward.custom_reward_function.reward_kwargs.<option>=<value>`` (verl passes
