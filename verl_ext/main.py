@@ -35,6 +35,20 @@ def _toy_assets():
 OmegaConf.register_new_resolver("verl_ext_toy", lambda key: getattr(_toy_assets(), key), replace=True)
 
 
+def run_dir() -> str:
+    """The run's folder: Hydra's output dir inside ``python -m verl_ext.main`` (a single run or a multirun job);
+    the current directory where the config was composed without a Hydra app (compose API in tests and tools)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.output_dir
+    return os.getcwd()
+
+
+# ${verl_ext_run_dir:}: where metrics.jsonl and the toy's checkpoints go (hydra_configs/base.yaml, toy_cpu.yaml)
+OmegaConf.register_new_resolver("verl_ext_run_dir", run_dir, replace=True)
+
+
 def select_platform(config: DictConfig) -> None:
     """CPU mode is explicit (``verl_ext.cpu``): ``trainer.device=cpu`` turns it on here, before verl resolves its
     platform (importing ``verl.trainer.main_ppo`` does) and before Ray starts.
