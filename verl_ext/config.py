@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from verl_ext.algos.gepo import ENTROPY_ESTIMATORS
+from verl_ext.algos.grpo import BASE_ADVANTAGES
+from verl_ext.algos.history import EMA_INITS, THRESHOLD_SOURCES, ThresholdRule
 from verl_ext.rollout import GEC_AGENT_NAME
 
 ADV_ESTIMATORS = ("edge_grpo", "gepo")
@@ -30,6 +32,10 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def _choice(key: str, value: str, options) -> None:
     _check(value in options, key, value, f"must be one of {list(options)}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _unit_interval(key: str, value: float, open_low: bool = False) -> None:
@@ -77,7 +83,11 @@ class GepoConfig:
     update_before_shaping: bool = True
     stats_scope: str = "global"  # global (paper) | per_data_source (extension)
     stats_include_degenerate_groups: bool = True  # zero-reward-variance groups enter mu/sigma
-    base: str = "grpo"  # grpo (paper) | edge_grpo: shape EDA advantages instead
+    base: str = "grpo"  # grpo (paper) | drgrpo (no std) | rloo (Intern-S2) | edge_grpo: shape EDA advantages
+    ema_init: str = "first_batch"  # first_batch | warmup_pool: pool the first warmup_steps batches, shape none
+    warmup_steps: int = 0  # batches pooled before the thresholds are seeded (ema_init=warmup_pool only)
+    threshold_source: str = "ema"  # ema (paper) | window: thresholds of the pooled last window_size batches
+    window_size: int = 20  # batches of group-entropy moments each scope keeps (bounded running window)
 
     def validate(self, prefix: str = "algorithm.gepo") -> "GepoConfig":
         _unit_interval(f"{prefix}.alpha_low", self.alpha_low)
@@ -92,8 +102,25 @@ class GepoConfig:
         _choice(f"{prefix}.entropy_estimator", self.entropy_estimator, ENTROPY_ESTIMATORS)
         _choice(f"{prefix}.logprob_source", self.logprob_source, ("old", "rollout"))
         _choice(f"{prefix}.stats_scope", self.stats_scope, ("global", "per_data_source"))
-        _choice(f"{prefix}.base", self.base, ("grpo", "edge_grpo"))
+        _choice(f"{prefix}.base", self.base, (*BASE_ADVANTAGES, "edge_grpo"))
+        _choice(f"{prefix}.ema_init", self.ema_init, EMA_INITS)
+        _choice(f"{prefix}.threshold_source", self.threshold_source, THRESHOLD_SOURCES)
+        _check(_is_int(self.window_size) and self.window_size >= 1, f"{prefix}.window_size", self.window_size,
+               "must be an integer >= 1")
+        _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{prefix}.warmup_steps", self.warmup_steps,
+               "must be an integer >= 0")
+        if self.ema_init == "warmup_pool":
+            _check(self.warmup_steps >= 1, f"{prefix}.warmup_steps", self.warmup_steps,
+                   f"must be >= 1 with {prefix}.ema_init=warmup_pool (the number of batches pooled before seeding)")
+        else:
+            _check(self.warmup_steps == 0, f"{prefix}.warmup_steps", self.warmup_steps,
+                   f"only applies to {prefix}.ema_init=warmup_pool; with ema_init={self.ema_init} leave it at 0")
         return self
+
+    def threshold_rule(self) -> ThresholdRule:
+        return ThresholdRule(beta_low=self.beta_low, beta_high=self.beta_high, ema_gamma=self.ema_gamma,
+                             std_unbiased=self.std_unbiased, threshold_source=self.threshold_source,
+                             ema_init=self.ema_init, warmup_steps=self.warmup_steps, window_size=self.window_size)
 
 
 ANSWER_PLACEHOLDER = "{answer}"
@@ -260,7 +287,8 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     Besides each node's own ranges, refuses the combinations that would silently turn a method off or corrupt it,
     with a ConfigError naming the settings: group estimators or GEC with ``rollout.n < 2`` (every group has one
     member), GEC whose rollouts never reach the ``gec_agent`` loop, GEC with anything that uses rollout log-probs as
-    the behaviour policy (injected tokens carry rollout log-prob 0.0), and settings the estimators cannot run with.
+    the behaviour policy (injected tokens carry rollout log-prob 0.0) unless ``gec.mask_injected`` takes them out of
+    the response mask, settings the estimators cannot run with, and :data:`FEATURE_COMBINATION_CHECKS`.
     """
     algorithm = config.algorithm
     ext = load_algorithm_config(algorithm)
@@ -270,6 +298,7 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     bypass = bool(_node_get(rollout_corr, "bypass_mode", False))
     n = int(_node_get(rollout, "n", 1))
     gec = ext.gec
+    validate_feature_combinations(config, ext)
 
     needs_entropy = estimator == "edge_grpo" or (
         estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
@@ -326,12 +355,13 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
             ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
         ) if on
     ]
-    if uses_rollout_logprobs:
+    if uses_rollout_logprobs and not gec.mask_injected:  # masked tokens are out of the loss, IS/RS and H_g
         raise ConfigError(
             f"algorithm.gec.enable=true cannot be combined with {', '.join(uses_rollout_logprobs)}: these use the "
             "rollout engine's log-probs as the behaviour policy, and the tokens GEC injects (cue, answer template, "
             "reference solution) were never sampled, so their rollout log-prob is 0.0; turn them off (the loss then "
-            "uses the recomputed old_log_probs, as the original does) or set algorithm.gec.enable=false"
+            "uses the recomputed old_log_probs, as the original does), set algorithm.gec.mask_injected=true (the "
+            "injected tokens leave the response mask) or set algorithm.gec.enable=false"
         )
     return ext
 
@@ -344,3 +374,45 @@ def register_structured_configs() -> None:
     store.store(group="verl_ext", name="edge_grpo", node=EdgeGrpoConfig)
     store.store(group="verl_ext", name="gepo", node=GepoConfig)
     store.store(group="verl_ext", name="gec", node=GecConfig)
+
+
+# ---- cross-key checks of verl_ext's features against the verl features people combine them with -----------------
+# Each check is a small function over verl's full config (a DictConfig); ``validate_feature_combinations`` runs them
+# all at start-up.  A refusal names both settings and says why; the README's combination table lists them.
+
+
+def _select(config: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=default)
+    return default if value is None else value
+
+
+def active_features(config: Any, ext: ExtAlgorithmConfig) -> list[str]:
+    """The verl_ext features this run turns on, as the settings that turn them on."""
+    estimator = str(_select(config, "algorithm.adv_estimator", ""))
+    features = [f"algorithm.adv_estimator={estimator}"] if estimator in ADV_ESTIMATORS else []
+    if ext.gec.enable:
+        features.append("algorithm.gec.enable=true")
+    return features
+
+
+def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """DAPO dynamic sampling exists only in verl's v1 replay buffer; the legacy trainer would silently ignore it."""
+    features = active_features(config, ext)
+    if features and _select(config, "algorithm.filter_groups.enable", False) and not _select(
+            config, "trainer.use_v1", True):
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true with trainer.use_v1=false (and {', '.join(features)}): verl's "
+            "legacy trainer ignores filter_groups (DAPO dynamic sampling lives in the v1 replay buffer), so this "
+            "run would silently train on unfiltered groups; set trainer.use_v1=true")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
+
+
+def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:
+    """Start-up refusals of combinations that would silently misbehave; raises ConfigError naming both settings."""
+    ext = load_algorithm_config(_select(config, "algorithm")) if ext is None else ext
+    for check in FEATURE_COMBINATION_CHECKS:
+        check(config, ext)

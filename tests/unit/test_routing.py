@@ -15,6 +15,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
 from tests.unit.helpers import outcome_batch, uids
 from verl_ext import GroupEntropyHistory
+from verl_ext.algos.history import EntropyMoments, ThresholdRule
 from verl_ext.trainer.advantage import ENTROPY_KEY, batch_diagnostics, compute_extension_advantage, estimator_kwargs
 from verl_ext.trainer.legacy import ExtRayPPOTrainer
 from verl_ext.trainer.mixin import STATE_FILE, EntropyAdvantageMixin
@@ -116,8 +117,9 @@ class CheckpointingTrainer(EntropyAdvantageMixin):
 
 def test_history_is_saved_in_the_step_folder_and_restored(tmp_path):
     trainer = CheckpointingTrainer(tmp_path, 3)
-    trainer.entropy_history.update("global", 0.4, 0.9, gamma=0.01)
-    trainer.entropy_history.update("global", 0.5, 1.0, gamma=0.01)
+    rule = ThresholdRule()
+    trainer.entropy_history.update("global", EntropyMoments.of([0.4, 0.9]), rule)
+    trainer.entropy_history.update("global", EntropyMoments.of([0.5, 1.0, 1.2]), rule)
     trainer._ext_save_state()
     path = tmp_path / "global_step_3" / STATE_FILE
     assert json.loads(path.read_text())["entropy_history"] == trainer.entropy_history.state_dict()

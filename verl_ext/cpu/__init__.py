@@ -10,7 +10,9 @@ it to every Ray worker (:func:`enable_cpu_mode`, ``verl_ext.main``).
 When on, it:
   * registers and selects the ``cpu`` platform (``verl_ext.cpu.platform.PlatformCPU``, gloo) via ``VERL_PLATFORM=cpu``;
   * applies the two verl fixes (gloo backend string, ``VERL_ENGINE_DEVICE=cuda`` for engine selection);
-  * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``).
+  * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
+  * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async);
+  * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it).
 """
 
 from __future__ import annotations
@@ -41,12 +43,16 @@ def activate_cpu_support_if_needed() -> bool:
     if not cpu_mode_requested():
         return False
 
+    from verl_ext.cpu.checkpoint_engine import register_cpu_checkpoint_engine
     from verl_ext.cpu.hf_rollout import register_hf_rollout
+    from verl_ext.cpu.offload import unpin_cpu_offload_policy
     from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
 
     install_cpu_platform()
     apply_verl_fixes()
     register_hf_rollout()
+    register_cpu_checkpoint_engine()  # backend "cpu": weights to standalone rollouts (v1 separate_async)
+    unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
     _ACTIVE = True
     logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered)")
     return True

@@ -71,6 +71,11 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         metrics.update(self._ext_take_metrics())
         return batch
 
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        # after verl averaged the step's mini-batch metrics (parameter_sync_step > 1): the history's exact count
+        metrics.update(self._history_metrics())
+        return super()._compute_metrics(batch, metrics, *args, **kwargs)
+
     def _v1_gec_metrics(self, batch) -> dict[str, float]:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                select_fields=["uid", "rm_scores", "extra_fields", "response_mask"])
