@@ -75,22 +75,32 @@ def select_platform(config: DictConfig) -> None:
         ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
 
 
-def run(config: DictConfig) -> None:
+def prepare(config: DictConfig) -> None:
+    """Everything before training, in place: platform, resolution, verl_ext's and verl's start-up checks.
+
+    ``run`` trains on the result; ``python -m verl_ext.dry_run`` prints it (so a dry run refuses what a run would).
+    """
     select_platform(config)  # first: the imports below resolve verl's platform
 
-    import ray
-    from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
-
-    from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/config.py), before verl's own
     validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+
+def run(config: DictConfig) -> None:
+    prepare(config)
+
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+
+    from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
+
     started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
     try:
         run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)

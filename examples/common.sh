@@ -1,0 +1,114 @@
+# Shared by the scripts under examples/ (sourced, never run). Each script sets its variables, builds its Hydra
+# overrides and calls vx_launch; the variables every script reads are listed in README.md ("Experiments"):
+#   DRY_RUN=1     compose, resolve and check the run's config (python -m verl_ext.dry_run), print it, train nothing
+#   PYTHON        the interpreter with verl_ext installed (default: python)
+#   SEED          data order (data.seed) and rollout sampling (actor_rollout_ref.rollout.seed); default 1
+#   OUTPUT_ROOT   default outputs; RUN_DIR (default $OUTPUT_ROOT/<project>/<experiment name>) holds the checkpoints,
+#                 verl's file-logger metrics (metrics.jsonl), validation generations and Hydra's record of the run.
+#                 A rerun with the same RUN_DIR resumes from its latest checkpoint (verl's resume_mode=auto); the
+#                 previous metrics.jsonl is kept as metrics.<time>.jsonl
+#   WANDB_API_KEY when set, wandb is logged to as well as the console and the file
+# shellcheck shell=bash disable=SC2034  # METHOD_OVERRIDES, RUN_OVERRIDES are for the scripts that source this
+
+PYTHON="${PYTHON:-python}"
+SEED="${SEED:-1}"
+OUTPUT_ROOT="${OUTPUT_ROOT:-outputs}"
+
+vx_die() {
+    echo "$(basename "$0"): $*" >&2
+    exit 2
+}
+
+# vx_method METHOD: sets METHOD_OVERRIDES, the algorithm keys of a method. Every key a row depends on is set, so a
+# row means the same on any config: the EDGE-GRPO paper's four rows (grpo, force_r, force_r_eda, edge_grpo), EDA
+# alone, and GEPO with statistics over the whole batch or per data_source.
+vx_method() {
+    case "$1" in
+        grpo) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=false) ;;
+        force_r) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=true
+                                   algorithm.gec.mode=force_reflect) ;;
+        force_r_eda) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                       algorithm.gec.mode=force_reflect) ;;
+        edge_grpo) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                     algorithm.gec.mode=gec) ;;
+        eda) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=false) ;;
+        gepo) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
+                                algorithm.gepo.stats_scope=global) ;;
+        gepo_per_source) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
+                                           algorithm.gepo.stats_scope=per_data_source) ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo eda gepo gepo_per_source)" ;;
+    esac
+}
+
+vx_dry_run() {
+    case "${DRY_RUN:-0}" in
+        0 | "") return 1 ;;
+        1) return 0 ;;
+        *) vx_die "DRY_RUN must be 0 or 1, not '${DRY_RUN}'" ;;
+    esac
+}
+
+# a model's short name for experiment names: Qwen/Qwen2.5-Math-7B -> Qwen2.5-Math-7B
+vx_model_tag() {
+    local path="${1%/}"
+    echo "${path##*/}"
+}
+
+vx_abspath() {
+    case "$1" in
+        /* | *://*) echo "$1" ;;
+        *) echo "$PWD/$1" ;;
+    esac
+}
+
+# "a.parquet,b.parquet" -> "[a.parquet,b.parquet]" (Hydra's list syntax)
+vx_hydra_list() {
+    echo "[$1]"
+}
+
+# vx_require_files VAR_NAME PATH...: a real run stops here on a local input that is missing (a dry run needs none)
+vx_require_files() {
+    local name="$1" path
+    shift
+    vx_dry_run && return 0
+    for path in "$@"; do
+        [[ "$path" == *://* || -e "$path" ]] || vx_die "$name: $path does not exist"
+    done
+}
+
+# vx_run_overrides PROJECT EXPERIMENT_NAME: sets RUN_DIR and RUN_OVERRIDES (names, loggers, output paths, seed)
+vx_run_overrides() {
+    local project="$1" name="$2" loggers="[console,file]"
+    [[ -n "${WANDB_API_KEY:-}" ]] && loggers="[console,file,wandb]"
+    RUN_DIR="$(vx_abspath "${RUN_DIR:-$OUTPUT_ROOT/$project/$name}")"
+    RUN_OVERRIDES=(
+        "trainer.project_name=$project"
+        "trainer.experiment_name=$name"
+        "trainer.logger=$loggers"
+        "trainer.default_local_dir=$RUN_DIR/checkpoints"
+        "trainer.validation_data_dir=$RUN_DIR/validation"
+        # verl's file logger writes to VERL_FILE_LOGGER_PATH: exported below for a local Ray cluster and put in
+        # the job's runtime_env for an existing one
+        "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$RUN_DIR/metrics.jsonl"
+        "trainer.file_logger_path=$RUN_DIR/metrics.jsonl"  # verl_ext's runner sets VERL_FILE_LOGGER_PATH from it
+        "data.seed=$SEED"
+        "actor_rollout_ref.rollout.seed=$SEED"
+        "hydra.run.dir=$RUN_DIR/hydra/$(date +%Y%m%d-%H%M%S)"
+    )
+}
+
+# vx_launch ARGS...: python -m verl_ext.main ARGS (python -m verl_ext.dry_run ARGS with DRY_RUN=1)
+vx_launch() {
+    if vx_dry_run; then
+        echo "DRY_RUN=1, would run: $PYTHON -m verl_ext.main $(printf '%q ' "$@")" >&2
+        "$PYTHON" -m verl_ext.dry_run "$@"
+        return
+    fi
+    mkdir -p "$RUN_DIR"
+    if [[ -e "$RUN_DIR/metrics.jsonl" ]]; then  # verl's file logger truncates its file: keep the earlier part
+        mv "$RUN_DIR/metrics.jsonl" "$RUN_DIR/metrics.$(date +%Y%m%d-%H%M%S).jsonl"
+    fi
+    export VERL_FILE_LOGGER_PATH="$RUN_DIR/metrics.jsonl"
+    echo "+ $PYTHON -m verl_ext.main $(printf '%q ' "$@")" >&2
+    "$PYTHON" -m verl_ext.main "$@"
+}

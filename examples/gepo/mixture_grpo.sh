@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# GRPO (the baseline),
+# on a task mixture (MODEL, TRAIN_FILES, VAL_FILES required).
+# Variables (REWARD_PATH, EPOCHS, N_GPUS, DRY_RUN, ...) and extra Hydra overrides: ./train.sh
+set -euo pipefail
+TASK=mixture METHOD=grpo exec "$(dirname "${BASH_SOURCE[0]}")/train.sh" "$@"
