@@ -204,6 +204,7 @@ def build_overrides(args, files: dict[str, str], total_rows: int, output: str) -
         "trainer.val_only=true",
         "trainer.val_before_train=true",
         "trainer.logger=[console,file]",
+        f"trainer.file_logger_path={os.path.join(os.path.abspath(output), 'metrics.jsonl')}",  # verl_ext's runner
         f"trainer.n_gpus_per_node={args.n_gpus}",
         f"trainer.nnodes={args.nnodes}",
         "trainer.project_name=verl_ext_eval",
