@@ -227,7 +227,8 @@ def _actor_compute_dtype(config) -> str:
 def apply_cpu_vllm_rollout_defaults(config, explicit_keys: Iterable[str] = ()) -> dict[str, Any]:
     """On CPU with ``rollout.name=vllm``, set what vLLM's CPU build needs; returns the values set (key -> value).
 
-    ``explicit_keys`` are the keys the user set (the command-line overrides). A key not among them gets the CPU
+    A missing or unusable install (:func:`vllm_cpu_install_problem`) is a ``ConfigError`` giving the install command,
+    so it fails here rather than as an import error inside a Ray worker. ``explicit_keys`` are the keys the user set (the command-line overrides). A key not among them gets the CPU
     default; an explicit value that cannot work on CPU raises ``ConfigError`` naming the key:
 
     * ``enable_sleep_mode``: false (vLLM refuses sleep mode on CPU at engine-args time); explicit ``true`` is an
