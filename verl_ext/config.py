@@ -1,9 +1,10 @@
 """Configuration of verl_ext's algorithm nodes: ``algorithm.edge_grpo``, ``algorithm.gepo``, ``algorithm.gec``.
 
 These dataclasses are the single source of defaults and validation.  ``register_structured_configs`` puts them in
-Hydra's ConfigStore, and ``hydra_configs/verl_ext.yaml`` only composes them under ``algorithm`` next to verl's
-own ``ppo_trainer`` config.  The estimators accept the ``algorithm`` node as a DictConfig, a plain dict or verl's
-``AlgoConfig``; a missing sub-node or key means the paper's default.
+Hydra's ConfigStore, and ``hydra_configs/base.yaml`` only composes them under ``algorithm`` next to verl's
+own ``ppo_trainer`` config.  :func:`validate_run_config` holds the start-up checks that span verl's and verl_ext's
+keys (``python -m verl_ext.main`` runs it before verl's own).  The estimators accept the ``algorithm`` node as a
+DictConfig, a plain dict or verl's ``AlgoConfig``; a missing sub-node or key means the paper's default.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from verl_ext.algos.gepo import ENTROPY_ESTIMATORS
+from verl_ext.algos.grpo import BASE_ADVANTAGES
+from verl_ext.algos.history import EMA_INITS, THRESHOLD_SOURCES, ThresholdRule
+from verl_ext.rollout import GEC_AGENT_NAME
 
 ADV_ESTIMATORS = ("edge_grpo", "gepo")
 
@@ -30,6 +34,10 @@ def _choice(key: str, value: str, options) -> None:
     _check(value in options, key, value, f"must be one of {list(options)}")
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _unit_interval(key: str, value: float, open_low: bool = False) -> None:
     low_ok = value > 0 if open_low else value >= 0
     _check(isinstance(value, (int, float)) and low_ok and value <= 1, key, value,
@@ -43,9 +51,13 @@ class EdgeGrpoConfig:
     entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
     factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
     factor_max: Optional[float] = None
+    # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
+    entropy_grad: bool = False
 
     def validate(self, prefix: str = "algorithm.edge_grpo") -> "EdgeGrpoConfig":
         _check(self.entropy_eps >= 0, f"{prefix}.entropy_eps", self.entropy_eps, "must be >= 0")
+        _check(isinstance(self.entropy_grad, bool), f"{prefix}.entropy_grad", self.entropy_grad,
+               "must be true or false")
         for name in ("factor_min", "factor_max"):
             value = getattr(self, name)
             _check(value is None or value > 0, f"{prefix}.{name}", value, "must be null or > 0")
@@ -57,7 +69,7 @@ class EdgeGrpoConfig:
 
 @dataclass
 class GepoConfig:
-    """Group Entropy-Controlled Policy Optimization. Bold defaults of the spec; the rest are INFERRED options."""
+    """Group Entropy-Controlled Policy Optimization (docs/gepo.md): paper defaults, plus options it leaves open."""
 
     alpha_low: float = 0.5  # multiplier of positive advantages in low-entropy groups
     alpha_high: float = 0.2  # multiplier of negative advantages in high-entropy groups
@@ -71,7 +83,11 @@ class GepoConfig:
     update_before_shaping: bool = True
     stats_scope: str = "global"  # global (paper) | per_data_source (extension)
     stats_include_degenerate_groups: bool = True  # zero-reward-variance groups enter mu/sigma
-    base: str = "grpo"  # grpo (paper) | edge_grpo: shape EDA advantages instead
+    base: str = "grpo"  # grpo (paper) | drgrpo (no std) | rloo (Intern-S2) | edge_grpo: shape EDA advantages
+    ema_init: str = "first_batch"  # first_batch | warmup_pool: pool the first warmup_steps batches, shape none
+    warmup_steps: int = 0  # batches pooled before the thresholds are seeded (ema_init=warmup_pool only)
+    threshold_source: str = "ema"  # ema (paper) | window: thresholds of the pooled last window_size batches
+    window_size: int = 20  # batches of group-entropy moments each scope keeps (bounded running window)
 
     def validate(self, prefix: str = "algorithm.gepo") -> "GepoConfig":
         _unit_interval(f"{prefix}.alpha_low", self.alpha_low)
@@ -81,13 +97,30 @@ class GepoConfig:
         _unit_interval(f"{prefix}.ema_gamma", self.ema_gamma, open_low=True)
         if self.enforce_alpha_order:
             _check(self.alpha_high < self.alpha_low, f"{prefix}.alpha_high", self.alpha_high,
-                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO §2.3: a harder low-entropy intervention "
+                   f"must be < {prefix}.alpha_low={self.alpha_low} (GEPO paper: a harder low-entropy intervention "
                    f"causes length collapse); set {prefix}.enforce_alpha_order=false to run it anyway")
         _choice(f"{prefix}.entropy_estimator", self.entropy_estimator, ENTROPY_ESTIMATORS)
         _choice(f"{prefix}.logprob_source", self.logprob_source, ("old", "rollout"))
         _choice(f"{prefix}.stats_scope", self.stats_scope, ("global", "per_data_source"))
-        _choice(f"{prefix}.base", self.base, ("grpo", "edge_grpo"))
+        _choice(f"{prefix}.base", self.base, (*BASE_ADVANTAGES, "edge_grpo"))
+        _choice(f"{prefix}.ema_init", self.ema_init, EMA_INITS)
+        _choice(f"{prefix}.threshold_source", self.threshold_source, THRESHOLD_SOURCES)
+        _check(_is_int(self.window_size) and self.window_size >= 1, f"{prefix}.window_size", self.window_size,
+               "must be an integer >= 1")
+        _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{prefix}.warmup_steps", self.warmup_steps,
+               "must be an integer >= 0")
+        if self.ema_init == "warmup_pool":
+            _check(self.warmup_steps >= 1, f"{prefix}.warmup_steps", self.warmup_steps,
+                   f"must be >= 1 with {prefix}.ema_init=warmup_pool (the number of batches pooled before seeding)")
+        else:
+            _check(self.warmup_steps == 0, f"{prefix}.warmup_steps", self.warmup_steps,
+                   f"only applies to {prefix}.ema_init=warmup_pool; with ema_init={self.ema_init} leave it at 0")
         return self
+
+    def threshold_rule(self) -> ThresholdRule:
+        return ThresholdRule(beta_low=self.beta_low, beta_high=self.beta_high, ema_gamma=self.ema_gamma,
+                             std_unbiased=self.std_unbiased, threshold_source=self.threshold_source,
+                             ema_init=self.ema_init, warmup_steps=self.warmup_steps, window_size=self.window_size)
 
 
 ANSWER_PLACEHOLDER = "{answer}"
@@ -95,7 +128,7 @@ ANSWER_PLACEHOLDER = "{answer}"
 
 @dataclass
 class GecConfig:
-    """Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline; applied to training rollouts only."""
+    """Guided Error Correction (docs/edge-grpo.md) and the +Force-R baseline; applied to training rollouts only."""
 
     enable: bool = False
     mode: str = "gec"  # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only)
@@ -133,6 +166,24 @@ class ExtAlgorithmConfig:
     edge_grpo: EdgeGrpoConfig = field(default_factory=EdgeGrpoConfig)
     gepo: GepoConfig = field(default_factory=GepoConfig)
     gec: GecConfig = field(default_factory=GecConfig)
+
+
+def validate_entropy_grad(config: Any) -> None:
+    """Start-up checks of ``algorithm.edge_grpo.entropy_grad=true`` against the rest of the run's config.
+
+    The gradient through H_i(θ) lives in the actor loss that verl_ext's trainers install on verl's engine workers
+    (both trainers use them), so it needs adv_estimator=edge_grpo and verl's PPO loss (no distillation loss).
+    """
+    algo = config.algorithm
+    if not load_algorithm_config(algo).edge_grpo.entropy_grad:
+        return
+    key = "algorithm.edge_grpo.entropy_grad"
+    estimator = str(algo_get(algo, "adv_estimator", ""))
+    _check(estimator == "edge_grpo", key, True,
+           f"applies to algorithm.adv_estimator=edge_grpo only (got {estimator!r}); set it to false")
+    distillation = config.get("distillation", None) if hasattr(config, "get") else None
+    _check(not (distillation and distillation.get("enabled", False)), key, True,
+           "cannot be combined with distillation.enabled=true (the distillation loss replaces the PPO loss)")
 
 
 def _sub_node(algo_cfg: Any, name: str) -> dict:
@@ -186,6 +237,135 @@ def algo_get(algo_cfg: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+# ---------------------------------------------------------------- start-up checks across verl's and verl_ext's keys
+
+GROUP_ESTIMATORS = ADV_ESTIMATORS  # estimators whose advantage is relative to a group of rollout.n responses
+
+
+def _node_get(node: Any, key: str, default: Any = None) -> Any:
+    if node is None:
+        return default
+    value = node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
+    return default if value is None else value
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value]
+
+
+def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
+    """Per local parquet file with an ``agent_name`` column: {agent name: row count}.
+
+    Only that column is read (pyarrow). Files that do not exist here (remote paths, data not written yet) and
+    non-parquet files are skipped: verl's own loader reports those.
+    """
+    import os
+
+    found: dict[str, dict[Any, int]] = {}
+    for path in _as_list(files):
+        local = os.path.expanduser(str(path))
+        if not local.endswith(".parquet") or not os.path.isfile(local):
+            continue
+        import pyarrow.parquet as pq
+
+        if "agent_name" not in pq.read_schema(local).names:
+            continue
+        counts: dict[Any, int] = {}
+        for name in pq.read_table(local, columns=["agent_name"]).column("agent_name").to_pylist():
+            counts[name] = counts.get(name, 0) + 1
+        found[str(path)] = counts
+    return found
+
+
+def validate_run_config(config: Any) -> ExtAlgorithmConfig:
+    """Start-up checks of a composed run config (verl's ppo_trainer plus verl_ext's nodes); returns the ext config.
+
+    Besides each node's own ranges, refuses the combinations that would silently turn a method off or corrupt it,
+    with a ConfigError naming the settings: group estimators or GEC with ``rollout.n < 2`` (every group has one
+    member), GEC whose rollouts never reach the ``gec_agent`` loop, GEC with anything that uses rollout log-probs as
+    the behaviour policy (injected tokens carry rollout log-prob 0.0) unless ``gec.mask_injected`` takes them out of
+    the response mask, settings the estimators cannot run with, and :data:`FEATURE_COMBINATION_CHECKS`.
+    """
+    algorithm = config.algorithm
+    ext = load_algorithm_config(algorithm)
+    estimator = str(algorithm.adv_estimator)
+    rollout = config.actor_rollout_ref.rollout
+    rollout_corr = _node_get(algorithm, "rollout_correction", {})
+    bypass = bool(_node_get(rollout_corr, "bypass_mode", False))
+    n = int(_node_get(rollout, "n", 1))
+    gec = ext.gec
+    validate_feature_combinations(config, ext)
+
+    needs_entropy = estimator == "edge_grpo" or (
+        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
+    )
+    if needs_entropy and bypass:
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator} needs the per-token entropy of the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
+        )
+    if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
+        _node_get(rollout, "calculate_log_probs", False) or bypass
+    ):
+        raise ConfigError(
+            "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    trains = not bool(_node_get(_node_get(config, "trainer", None), "val_only", False))  # val_only: no advantage
+    if trains and estimator in GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
+            "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
+            "(EDGE-GRPO samples 8, GEPO 16); set actor_rollout_ref.rollout.n >= 2"
+        )
+    if not gec.enable:
+        return ext
+
+    if n < 2:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.gec.enable=true: GEC corrects wrong responses "
+            "so that all-wrong groups get a learning signal, which needs groups; set actor_rollout_ref.rollout.n >= 2"
+        )
+    default_loop = _node_get(_node_get(rollout, "agent", None), "default_agent_loop", None)
+    if default_loop != GEC_AGENT_NAME:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} with algorithm.gec.enable=true: GEC "
+            f"runs only in the {GEC_AGENT_NAME!r} agent loop; set default_agent_loop={GEC_AGENT_NAME} (verl_ext's "
+            "configs do) or algorithm.gec.enable=false"
+        )
+    for path, counts in data_agent_names(_node_get(config.data, "train_files", None)).items():
+        other = {k: v for k, v in counts.items() if k != GEC_AGENT_NAME}
+        if other:
+            raise ConfigError(
+                f"data.train_files {path} has an agent_name column that sends {sum(other.values())} of "
+                f"{sum(counts.values())} rows to {sorted(map(str, other))} (verl prefers that column over "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop), so algorithm.gec.enable=true would never "
+                f"correct them; drop the column or set it to {GEC_AGENT_NAME!r}, or set algorithm.gec.enable=false"
+            )
+    uses_rollout_logprobs = [
+        key for key, on in (
+            ("algorithm.rollout_correction.bypass_mode=true", bypass),
+            (f"algorithm.rollout_correction.rollout_is={_node_get(rollout_corr, 'rollout_is', None)!r}",
+             _node_get(rollout_corr, "rollout_is", None) is not None),
+            (f"algorithm.rollout_correction.rollout_rs={_node_get(rollout_corr, 'rollout_rs', None)!r}",
+             _node_get(rollout_corr, "rollout_rs", None) is not None),
+            ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
+        ) if on
+    ]
+    if uses_rollout_logprobs and not gec.mask_injected:  # masked tokens are out of the loss, IS/RS and H_g
+        raise ConfigError(
+            f"algorithm.gec.enable=true cannot be combined with {', '.join(uses_rollout_logprobs)}: these use the "
+            "rollout engine's log-probs as the behaviour policy, and the tokens GEC injects (cue, answer template, "
+            "reference solution) were never sampled, so their rollout log-prob is 0.0; turn them off (the loss then "
+            "uses the recomputed old_log_probs, as the original does), set algorithm.gec.mask_injected=true (the "
+            "injected tokens leave the response mask) or set algorithm.gec.enable=false"
+        )
+    return ext
+
+
 def register_structured_configs() -> None:
     """Put the dataclasses in Hydra's ConfigStore as ``verl_ext/edge_grpo``, ``verl_ext/gepo``, ``verl_ext/gec``."""
     from hydra.core.config_store import ConfigStore
@@ -194,3 +374,45 @@ def register_structured_configs() -> None:
     store.store(group="verl_ext", name="edge_grpo", node=EdgeGrpoConfig)
     store.store(group="verl_ext", name="gepo", node=GepoConfig)
     store.store(group="verl_ext", name="gec", node=GecConfig)
+
+
+# ---- cross-key checks of verl_ext's features against the verl features people combine them with -----------------
+# Each check is a small function over verl's full config (a DictConfig); ``validate_feature_combinations`` runs them
+# all at start-up.  A refusal names both settings and says why; the README's combination table lists them.
+
+
+def _select(config: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=default)
+    return default if value is None else value
+
+
+def active_features(config: Any, ext: ExtAlgorithmConfig) -> list[str]:
+    """The verl_ext features this run turns on, as the settings that turn them on."""
+    estimator = str(_select(config, "algorithm.adv_estimator", ""))
+    features = [f"algorithm.adv_estimator={estimator}"] if estimator in ADV_ESTIMATORS else []
+    if ext.gec.enable:
+        features.append("algorithm.gec.enable=true")
+    return features
+
+
+def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """DAPO dynamic sampling exists only in verl's v1 replay buffer; the legacy trainer would silently ignore it."""
+    features = active_features(config, ext)
+    if features and _select(config, "algorithm.filter_groups.enable", False) and not _select(
+            config, "trainer.use_v1", True):
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true with trainer.use_v1=false (and {', '.join(features)}): verl's "
+            "legacy trainer ignores filter_groups (DAPO dynamic sampling lives in the v1 replay buffer), so this "
+            "run would silently train on unfiltered groups; set trainer.use_v1=true")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
+
+
+def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:
+    """Start-up refusals of combinations that would silently misbehave; raises ConfigError naming both settings."""
+    ext = load_algorithm_config(_select(config, "algorithm")) if ext is None else ext
+    for check in FEATURE_COMBINATION_CHECKS:
+        check(config, ext)

@@ -1,21 +1,27 @@
 """``python -m verl_ext.main [hydra overrides]``: verl's PPO entry point with EDGE-GRPO / GEPO wired in.
 
 Same override grammar as ``python -m verl.trainer.main_ppo``; the config is verl's ``ppo_trainer`` plus the
-``algorithm.edge_grpo`` / ``algorithm.gepo`` / ``algorithm.gec`` nodes (``hydra_configs/verl_ext.yaml``).
-Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu.yaml``.
+``algorithm.edge_grpo`` / ``algorithm.gepo`` / ``algorithm.gec`` nodes (``hydra_configs/base.yaml``).
+Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu.yaml``; on GPUs the paper presets
+``--config-name edge_grpo_paper`` / ``gepo_paper`` or the generic base ``--config-name verl_ext``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import time
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import load_algorithm_config, register_structured_configs
+from verl_ext.config import register_structured_configs, validate_entropy_grad, validate_run_config
+from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
+
+RAY_LOG_GRACE_S = 2.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -29,28 +35,44 @@ def _toy_assets():
 OmegaConf.register_new_resolver("verl_ext_toy", lambda key: getattr(_toy_assets(), key), replace=True)
 
 
-def validate_extension_config(config: DictConfig) -> None:
-    """Start-up checks of what verl_ext adds; raises ConfigError naming the key."""
+def run_dir() -> str:
+    """The run's folder: Hydra's output dir inside ``python -m verl_ext.main`` (a single run or a multirun job);
+    the current directory where the config was composed without a Hydra app (compose API in tests and tools)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.output_dir
+    return os.getcwd()
+
+
+# ${verl_ext_run_dir:}: where metrics.jsonl and the toy's checkpoints go (hydra_configs/base.yaml, toy_cpu.yaml)
+OmegaConf.register_new_resolver("verl_ext_run_dir", run_dir, replace=True)
+
+
+def select_platform(config: DictConfig) -> None:
+    """CPU mode is explicit (``verl_ext.cpu``): ``trainer.device=cpu`` turns it on here, before verl resolves its
+    platform (importing ``verl.trainer.main_ppo`` does) and before Ray starts.
+
+    ``VERL_PLATFORM=cpu`` then reaches every Ray worker by two routes: the driver's environment, which a local
+    cluster started by ``ray.init`` inherits, and the job's ``ray_kwargs.ray_init.runtime_env.env_vars``, which Ray
+    applies to every actor of the job (merged into actors' own ``env_vars``), also on an existing cluster.
+    """
     from verl_ext.config import ConfigError
 
-    ext = load_algorithm_config(config.algorithm)
-    estimator = str(config.algorithm.adv_estimator)
-    rollout_corr = config.algorithm.get("rollout_correction", None) or {}
-    bypass = bool(rollout_corr.get("bypass_mode", False)) if hasattr(rollout_corr, "get") else False
-    needs_entropy = estimator == "edge_grpo" or (
-        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
-    )
-    if needs_entropy and bypass:
-        raise ConfigError(
-            f"algorithm.adv_estimator={estimator} needs the per-token entropy of the old-log-prob pass, which "
-            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
-        )
-    if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
-        config.actor_rollout_ref.rollout.get("calculate_log_probs", False) or bypass
-    ):
-        raise ConfigError(
-            "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
-        )
+    if str(config.trainer.get("device", "")) == "cpu":
+        try:
+            enable_cpu_mode()
+        except ValueError as e:
+            raise ConfigError(f"trainer.device=cpu: {e}") from None
+    if not is_cpu_support_active():
+        return
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        if ray_init.runtime_env.get("env_vars") is None:
+            ray_init.runtime_env.env_vars = {}
+        ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
 
 
 def _command_line_keys() -> list[str]:
@@ -63,19 +85,21 @@ def _command_line_keys() -> list[str]:
         return []
 
 
-def apply_platform_defaults(config: DictConfig, explicit_keys: list[str]) -> None:
-    """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``)."""
-    from verl_ext.cpu import is_cpu_support_active
-
+def apply_platform_defaults(config: DictConfig) -> None:
+    """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``); values the user
+    typed on the command line are kept, or refused if they cannot work there."""
     if is_cpu_support_active():
         from verl_ext.cpu.vllm_cpu import apply_cpu_vllm_rollout_defaults
 
-        changed = apply_cpu_vllm_rollout_defaults(config, explicit_keys)
+        changed = apply_cpu_vllm_rollout_defaults(config, _command_line_keys())
         if changed:
             print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))
 
 
-def run(config: DictConfig, explicit_keys: list[str] = ()) -> None:
+def run(config: DictConfig) -> None:
+    select_platform(config)  # first: the imports below resolve verl's platform
+
+    import ray
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -84,17 +108,38 @@ def run(config: DictConfig, explicit_keys: list[str] = ()) -> None:
     from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
-    validate_extension_config(config)
-    apply_platform_defaults(config, list(explicit_keys))
+    apply_platform_defaults(config)  # before the checks, so they see what will run
+    validate_run_config(config)  # verl_ext's start-up checks (verl_ext/config.py), before verl's own
+    validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
+    try:
+        run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
+    finally:
+        if started_ray:  # each job of a multirun (-m) gets a fresh Ray: no actors or resources left from the last
+            # Ray's log monitor forwards the TaskRunner's stdout (the last step's console metrics) to this process
+            # a moment later (every 0.1 s, more on a busy machine); shutting down at once would drop those lines
+            time.sleep(RAY_LOG_GRACE_S)
+            ray.shutdown()
 
 
-# No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name verl_ext` plus model/data overrides.
-@hydra.main(config_path="../hydra_configs", config_name="toy_cpu", version_base=None)
+def config_dir() -> str:
+    """The Hydra configs: packaged as ``verl_ext/hydra_configs`` by an install (wheel, ``pip install .``), or the
+    repository's top-level ``hydra_configs/`` beside the package (editable install, PYTHONPATH checkout)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = (os.path.join(here, "hydra_configs"), os.path.join(os.path.dirname(here), "hydra_configs"))
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "base.yaml")):
+            return candidate
+    raise FileNotFoundError(f"verl_ext's Hydra configs are not installed: none of {list(candidates)} has base.yaml")
+
+
+# No arguments: the embedded CPU demo (toy_cpu). Real runs: `--config-name edge_grpo_paper|gepo_paper|verl_ext`
+# plus model/data overrides.
+@hydra.main(config_path=config_dir(), config_name="toy_cpu", version_base=None)
 def main(config: DictConfig) -> None:
-    run(config, _command_line_keys())
+    run(config)
 
 
 if __name__ == "__main__":

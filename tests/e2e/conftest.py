@@ -52,6 +52,8 @@ def run_main(tmp_path):
 
     def _run(*overrides: str, timeout: int = 420) -> Run:
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
+        env.pop("VERL_PLATFORM", None)
         args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console]",
                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
         # own process group (Ray's driver also leads one), so a run that hangs is killed with all it started

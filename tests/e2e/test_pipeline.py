@@ -28,10 +28,14 @@ def test_v1_trainer(run_main, estimator):
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
         assert values["gec/responses"] == 16 and values["gec/reward_after"] >= values["gec/reward_before"]
-        if estimator == "grpo":  # verl's own path, untouched
-            assert not any(k.startswith(("verl_ext/", "edge_grpo/", "gepo/")) for k in values)
+        # the step diagnostics, for every estimator (verl's grpo included: a baseline on the same curves)
+        assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
+                "verl_ext/response_entropy_std"} <= set(values)
+        assert values["verl_ext/response_entropy_mean"] > 0
+        if estimator == "grpo":  # verl's own advantage computation, untouched: none of verl_ext's estimator metrics
+            assert not any(k.startswith(("edge_grpo/", "gepo/")) for k in values)
+            assert "verl_ext/frac_adv_modified" not in values
             continue
-        assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean"} <= set(values)
         if estimator == "edge_grpo":
             assert values["edge_grpo/factor_max"] > values["edge_grpo/factor_min"]
         else:
@@ -42,13 +46,18 @@ def test_v1_trainer(run_main, estimator):
 
 
 def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
+    # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
-                   "ray_kwargs.ray_init.num_gpus=2")
+                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear")
     steps = run.metrics()
     trained(steps)
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values
         assert values["gec/frac_edited"] > 0 and "gec/groups_rescued" in values
+        # GEC's length budget: every edit fits, nothing cut
+        assert values["gec/truncated"] == 0 and values["gec/count/answer_no_room"] == 0
+    # verl logs the LR after the scheduler step: toy lr 1e-3 decays linearly to 0 over the 2 steps
+    assert steps[1]["actor/lr"] == pytest.approx(0.5e-3) and steps[2]["actor/lr"] == pytest.approx(0.0)
     assert "hf_server_1_0" in run.output  # one rollout server per training rank: the sharded path ran
 
 

@@ -4,7 +4,15 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from verl_ext.config import ConfigError, EdgeGrpoConfig, GepoConfig, load_algorithm_config, register_structured_configs
+from verl_ext.config import (
+    ConfigError,
+    EdgeGrpoConfig,
+    GecConfig,
+    GepoConfig,
+    load_algorithm_config,
+    register_structured_configs,
+    validate_run_config,
+)
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "hydra_configs")
 
@@ -50,18 +58,170 @@ def test_hydra_config_composes_verl_with_the_new_nodes():
 
 
 def test_start_up_validation_rejects_bad_values_and_combinations():
-    from verl_ext.main import validate_extension_config
-
     register_structured_configs()
     with initialize_config_dir(config_dir=os.path.abspath(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="verl_ext", overrides=["algorithm.gepo.alpha_high=0.9"])
         with pytest.raises(ConfigError, match="alpha_high=0.9"):
-            validate_extension_config(cfg)
+            validate_run_config(cfg)
         cfg = compose(config_name="verl_ext", overrides=["algorithm.adv_estimator=gepo",
                                                          "algorithm.gepo.logprob_source=rollout",
                                                          "actor_rollout_ref.rollout.calculate_log_probs=false"])
         with pytest.raises(ConfigError, match="calculate_log_probs"):
-            validate_extension_config(cfg)
+            validate_run_config(cfg)
         cfg = compose(config_name="verl_ext")
-        validate_extension_config(cfg)
+        validate_run_config(cfg)
         assert OmegaConf.select(cfg, "algorithm.adv_estimator") == "edge_grpo"
+
+
+# ---------------------------------------------------------------- paper presets
+
+
+def _compose(name, overrides=()):
+    register_structured_configs()
+    with initialize_config_dir(config_dir=os.path.abspath(CONFIG_DIR), version_base=None):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+def _verl_accepts(cfg):
+    """verl's own start-up validation and the actor/optimizer dataclasses its workers build."""
+    import verl_ext.plugin  # noqa: F401  (lr_scheduler_type=linear, as in every verl process)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    assert not need_reference_policy(cfg) and not need_critic(cfg)  # no KL: no reference model
+    validate_config(cfg, use_reference_policy=False, use_critic=False)
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+def test_edge_grpo_paper_preset_is_the_papers_setting():
+    """docs/edge-grpo.md's original setup mapped to verl, value by value."""
+    from verl_ext.rollout.gec import first_generation_budget
+
+    cfg = _compose("edge_grpo_paper")
+    algo, data = cfg.algorithm, cfg.data
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    # method: EDA + GEC with the official code's branch probabilities, cue and template
+    assert algo.adv_estimator == "edge_grpo" and algo.gec.enable is True and algo.gec.mode == "gec"
+    ext = validate_run_config(cfg)
+    assert ext.gec == GecConfig(enable=True) and ext.edge_grpo == EdgeGrpoConfig()
+    # sampling: 8 responses per prompt at T=0.6, top_p 1.0
+    assert rollout.n == 8 and rollout.temperature == 0.6 and rollout.top_p == 1.0 and rollout.do_sample is True
+    # lengths: prompt 512; 1024 first-rollout tokens + 256 continuation (+ Qwen2.5's 7 cue tokens)
+    assert data.max_prompt_length == 512 and rollout.prompt_length == 512
+    assert algo.gec.max_continuation_tokens == 256
+    assert rollout.response_length == data.max_response_length == 1024 + 7 + 256
+    assert first_generation_budget(ext.gec, rollout.response_length, cue_tokens=7, answer_tokens=30) == 1024
+    # optimiser: lr 1e-6, linear decay, no warm-up, weight decay 0, grad clip 1.0
+    optim = actor.optim
+    assert optim.lr == 1e-6 and optim.lr_scheduler_type == "linear"
+    assert optim.lr_warmup_steps == 0 and optim.lr_warmup_steps_ratio == 0.0
+    assert optim.weight_decay == 0.0 and optim.clip_grad == 1.0
+    # no KL, no entropy bonus
+    assert actor.use_kl_loss is False and algo.use_kl_in_reward is False and actor.entropy_coeff == 0
+    # one mini-batch and one epoch per step: the ratio stays 1
+    assert actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == data.train_batch_size
+    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    # one pass over the data
+    assert cfg.trainer.total_epochs == 1 and cfg.trainer.total_training_steps is None
+    # validation: T=0.1, sampled, one response (up to response_length: verl has no separate validation length)
+    val = rollout.val_kwargs
+    assert val.temperature == 0.1 and val.do_sample is True and val.n == 1 and val.top_p == 1.0
+    # throughput batch by default; the paper's single prompt per step is one override and the mini-batch follows
+    assert data.train_batch_size == 16
+    paper_batch = _compose("edge_grpo_paper", ["data.train_batch_size=1"])
+    assert paper_batch.actor_rollout_ref.actor.ppo_mini_batch_size == 1
+    for c in (cfg, paper_batch):
+        actor_dc = _verl_accepts(c)
+        assert actor_dc.optim.lr_scheduler_type == "linear" and actor_dc.loss_agg_mode == "seq-mean-token-mean"
+
+
+def test_gepo_paper_preset():
+    cfg = _compose("gepo_paper")
+    algo, actor, rollout = cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    ext = validate_run_config(cfg)
+    assert algo.adv_estimator == "gepo" and ext.gepo == GepoConfig()  # the paper's alpha/beta/gamma, token_mean
+    assert (ext.gepo.alpha_low, ext.gepo.alpha_high, ext.gepo.beta_low, ext.gepo.beta_high, ext.gepo.ema_gamma) == (
+        0.5, 0.2, 0.2, 0.3, 0.01)
+    assert ext.gepo.stats_scope == "global" and ext.gepo.logprob_source == "old" and ext.gec.enable is False
+    assert algo.norm_adv_by_std_in_grpo is True
+    # K = 16 rollouts, 16 groups per step (INFERRED), one on-policy update, no KL, no entropy bonus
+    assert rollout.n == 16 and cfg.data.train_batch_size == 16 and actor.ppo_mini_batch_size == 16
+    assert actor.ppo_epochs == 1 and actor.use_kl_loss is False and algo.use_kl_in_reward is False
+    assert actor.entropy_coeff == 0
+    _verl_accepts(cfg)
+
+
+def test_generic_gpu_base_runs_groups():
+    cfg = _compose("verl_ext")
+    assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.algorithm.gec.enable is False
+    validate_run_config(cfg)
+    _verl_accepts(cfg)
+
+
+# ---------------------------------------------------------------- start-up refusals
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["actor_rollout_ref.rollout.n=1"],
+         r"actor_rollout_ref\.rollout\.n=1 is invalid with algorithm\.adv_estimator=edge_grpo"),
+        (["algorithm.adv_estimator=gepo", "actor_rollout_ref.rollout.n=1"],
+         r"actor_rollout_ref\.rollout\.n=1 is invalid with algorithm\.adv_estimator=gepo"),
+        (["algorithm.adv_estimator=grpo", "algorithm.gec.enable=true", "actor_rollout_ref.rollout.n=1"],
+         r"actor_rollout_ref\.rollout\.n=1 is invalid with algorithm\.gec\.enable=true"),
+        (["algorithm.gec.enable=true", "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"],
+         r"default_agent_loop='single_turn_agent' with algorithm\.gec\.enable=true"),
+        (["algorithm.gec.enable=true", "algorithm.rollout_correction.rollout_is=token"],
+         r"algorithm\.gec\.enable=true cannot be combined with algorithm\.rollout_correction\.rollout_is='token'"),
+        (["algorithm.gec.enable=true", "algorithm.rollout_correction.rollout_rs=seq_mean_k3"],
+         r"cannot be combined with algorithm\.rollout_correction\.rollout_rs='seq_mean_k3'"),
+        (["algorithm.adv_estimator=grpo", "algorithm.gec.enable=true", "algorithm.rollout_correction.bypass_mode=true"],
+         r"cannot be combined with algorithm\.rollout_correction\.bypass_mode=true"),
+        (["algorithm.adv_estimator=gepo", "algorithm.gec.enable=true", "algorithm.gepo.logprob_source=rollout"],
+         r"cannot be combined with algorithm\.gepo\.logprob_source=rollout"),
+        (["algorithm.rollout_correction.bypass_mode=true"], r"edge_grpo needs the per-token entropy"),
+    ],
+)
+def test_start_up_refuses_settings_that_turn_a_method_off(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_run_config(_compose("verl_ext", overrides))
+
+
+def test_start_up_allows_what_is_fine():
+    validate_run_config(_compose("verl_ext", ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]))
+    validate_run_config(_compose("verl_ext", ["algorithm.adv_estimator=gepo", "algorithm.gepo.logprob_source=rollout"]))
+    validate_run_config(_compose("verl_ext", ["algorithm.rollout_correction.rollout_is=token"]))  # GEC off
+
+
+def _parquet(path, agent_names):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"prompt": [f"q{i}" for i in range(len(agent_names))]}
+    if agent_names and agent_names[0] is not ...:
+        columns["agent_name"] = list(agent_names)
+    pq.write_table(pa.table(columns), str(path))
+    return str(path)
+
+
+def test_gec_refused_when_data_routes_rows_to_another_agent_loop(tmp_path):
+    plain = _parquet(tmp_path / "plain.parquet", [...] * 3)  # no agent_name column
+    ours = _parquet(tmp_path / "ours.parquet", ["gec_agent"] * 3)
+    tool = _parquet(tmp_path / "tool.parquet", ["gec_agent", "tool_agent", "tool_agent"])
+    missing = str(tmp_path / "not_written_yet.parquet")
+    gec_on = ["algorithm.gec.enable=true"]
+    validate_run_config(_compose("verl_ext", gec_on + [f"data.train_files=[{plain},{ours},{missing}]"]))
+    with pytest.raises(ConfigError, match=r"data\.train_files .*tool\.parquet has an agent_name column that sends 2 "
+                                          r"of 3 rows to \['tool_agent'\]"):
+        validate_run_config(_compose("verl_ext", gec_on + [f"data.train_files=[{ours},{tool}]"]))
+    with pytest.raises(ConfigError, match="tool_agent"):
+        validate_run_config(_compose("verl_ext", gec_on + [f"data.train_files={tool}"]))  # a single path
+    validate_run_config(_compose("verl_ext", [f"data.train_files={tool}"]))  # GEC off: routing is the user's
+
+
+def test_main_refuses_before_starting_anything():
+    from verl_ext.main import run
+
+    with pytest.raises(ConfigError, match=r"rollout\.n=1"):
+        run(_compose("edge_grpo_paper", ["actor_rollout_ref.rollout.n=1"]))

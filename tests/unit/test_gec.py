@@ -24,6 +24,14 @@ import re
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     boxes = re.findall(r"\\\\boxed\\{([^{}]*)\\}", solution_str)
     return 1.0 if boxes and boxes[-1].strip() == str(ground_truth).strip() else 0.0
+
+def one_plus_acc_dict(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    # EDGE-GRPO's scale (format reward always 1, plus accuracy), returned with its accuracy
+    acc = compute_score(data_source, solution_str, ground_truth)
+    return {"score": 1.0 + acc, "acc": acc, "format": 1.0}
+
+def one_plus_acc_float(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return 1.0 + compute_score(data_source, solution_str, ground_truth)
 '''
 
 FIRST_WRONG = "The sum is \\boxed{4}"
@@ -61,9 +69,11 @@ def verl_loop():
 class FakeServer:
     """Stands in for verl's LLMServerClient: first call -> ``first``, calls after a cue -> ``continuation``."""
 
-    def __init__(self, tok, first=FIRST_WRONG, continuation=CONTINUATION, logprobs=True, stop_continuation=True):
+    def __init__(self, tok, first=FIRST_WRONG, continuation=CONTINUATION, logprobs=True, stop_continuation=True,
+                 first_ignores_max_tokens=False):
         self.tok, self.first, self.continuation = tok, first, continuation
         self.logprobs, self.stop_continuation = logprobs, stop_continuation
+        self.first_ignores_max_tokens = first_ignores_max_tokens  # a backend that over-generates
         self.calls = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
@@ -78,13 +88,14 @@ class FakeServer:
             ids = self.tok.encode(self.continuation, add_special_tokens=False)
             ids = ids + [eos] if self.stop_continuation else ids
             lp = -0.25
-            limit = sampling_params.get("max_tokens")
-            ids = ids[:limit] if limit is not None else ids
+        limit = sampling_params.get("max_tokens")  # as vLLM / SGLang / the hf backend: at most max_tokens
+        if limit is not None and not (len(self.calls) == 1 and self.first_ignores_max_tokens):
+            ids = ids[:limit]
         return TokenOutput(token_ids=ids, log_probs=[lp] * len(ids) if self.logprobs else None,
                            extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3})
 
 
-def make_config(reward_path, response_length=256, prompt_length=64, **gec_overrides):
+def make_config(reward_path, response_length=512, prompt_length=64, reward_name="compute_score", **gec_overrides):
     gec_node = {"enable": True, **gec_overrides}
     return OmegaConf.create(
         {
@@ -102,7 +113,7 @@ def make_config(reward_path, response_length=256, prompt_length=64, **gec_overri
             "data": {},
             "algorithm": {"adv_estimator": "grpo", "gec": gec_node},
             "reward": {
-                "custom_reward_function": {"path": reward_path, "name": "compute_score", "reward_kwargs": {}},
+                "custom_reward_function": {"path": reward_path, "name": reward_name, "reward_kwargs": {}},
                 "reward_manager": {"source": "register", "name": "naive"},
                 "reward_model": {"enable": False},
             },
@@ -206,12 +217,14 @@ def test_branch_probabilities_seeded():
 def test_choose_branch_gate_and_fallback():
     cfg = GecConfig(enable=True, p_reflect=0.0, p_answer=0.0, p_solution=1.0, prompt_length_gate=10)
     rng = random.Random(0)
-    assert gec.choose_branch(cfg, score_before=1.0, prompt_len=50, has_solution=True, rng=rng) == "none"
-    assert gec.choose_branch(cfg, score_before=0.0, prompt_len=10, has_solution=True, rng=rng) == "gated"
-    assert gec.choose_branch(cfg, score_before=0.0, prompt_len=9, has_solution=True, rng=rng) == "solution"
-    assert gec.choose_branch(cfg, score_before=0.0, prompt_len=9, has_solution=False, rng=rng) == "solution_fallback"
+    assert gec.choose_branch(cfg, correct=True, prompt_len=50, has_solution=True, rng=rng) == "none"
+    assert gec.choose_branch(cfg, correct=False, prompt_len=10, has_solution=True, rng=rng) == "gated"
+    assert gec.choose_branch(cfg, correct=False, prompt_len=9, has_solution=True, rng=rng) == "solution"
+    assert gec.choose_branch(cfg, correct=False, prompt_len=9, has_solution=False, rng=rng) == "solution_fallback"
+    assert gec.choose_branch(cfg, correct=False, prompt_len=9, has_solution=True, solution_fits=False,
+                             rng=rng) == "solution_too_long"
     never = GecConfig(enable=True, prompt_length_gate=None)
-    assert gec.choose_branch(never, score_before=0.0, prompt_len=10**6, has_solution=True, rng=rng) != "gated"
+    assert gec.choose_branch(never, correct=False, prompt_len=10**6, has_solution=True, rng=rng) != "gated"
     assert gec.reference_solution({"solution": "  "}, "solution") is None
     assert gec.reference_solution({}, "solution") is None
     assert gec.ground_truth_text({"ground_truth": ["7", "8"]}) == "7"
@@ -265,7 +278,9 @@ def test_reflect_branch_token_exact(tok, reward_path, verl_loop):
     assert out.prompt_ids == prompt_of(tok)  # original prompt, no hint
     assert out.response_ids == core + cue + cont  # first EOS dropped, continuation's EOS kept
     assert server.calls[1]["prompt_ids"] == prompt_of(tok) + core + cue
-    assert server.calls[1]["sampling_params"]["max_tokens"] == min(256, 256 - len(core) - len(cue))
+    # first generation: room kept for cue + max_continuation_tokens; the continuation gets all of it
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 512 - len(cue) - 256
+    assert server.calls[1]["sampling_params"]["max_tokens"] == 256
     assert server.calls[1]["sampling_params"]["temperature"] == 1.0
     assert out.response_mask == [1] * len(out.response_ids)
     assert out.response_logprobs == [-0.5] * len(core) + [0.0] * len(cue) + [-0.25] * len(cont)
@@ -314,32 +329,169 @@ def test_prompt_length_gate(tok, reward_path, verl_loop):
     assert out.extra_fields["gec_branch"] == "reflect"
 
 
-def test_truncation(tok, reward_path, verl_loop):
+def test_first_generation_capped_reflect_keeps_full_continuation(tok, reward_path, verl_loop):
+    """The original's 1024 + 256: a first response that hits its cap still gets the whole continuation."""
+    cfg = GecConfig()
+    cue = ids(tok, cfg.cue)
+    long_wrong = "I keep going " * 20 + FIRST_WRONG  # longer than the cap
+    rl, cont_max = len(cue) + 40 + 16, 16  # first generation: 40 tokens
+    server = FakeServer(tok, first=long_wrong)
+    out = run_loop(tok, make_config(reward_path, response_length=rl, max_continuation_tokens=cont_max, p_reflect=1.0,
+                                    p_answer=0.0, p_solution=0.0), server)
+    first = ids(tok, long_wrong)[:40]
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 40
+    assert server.calls[1]["sampling_params"]["max_tokens"] == cont_max
+    assert out.response_ids == first + cue + ids(tok, CONTINUATION)[:cont_max]
+    f = out.extra_fields
+    assert f["gec_first_hit_cap"] is True and f["gec_response_len_before"] == 40
+    assert f["gec_continuation_tokens"] == cont_max and f["gec_truncated"] is False  # stopped by its own budget
+    # a first response that stops by itself did not hit the cap
+    out = run_loop(tok, make_config(reward_path, response_length=rl, max_continuation_tokens=cont_max, p_reflect=1.0,
+                                    p_answer=0.0, p_solution=0.0), FakeServer(tok))
+    assert out.extra_fields["gec_first_hit_cap"] is False
+
+
+def test_first_generation_reserves_answer_template(tok, reward_path, verl_loop):
+    """Answer injection after a capped response: the whole template and EOS, never a cut template."""
+    template = ids(tok, GecConfig().answer_template.replace("{answer}", "5"))
+    long_wrong = "I keep going " * 20 + FIRST_WRONG
+    rl = len(template) + 1 + 30
+    # both branches drawable, the template (+ EOS) needs more room than cue + max_continuation_tokens: it decides
+    server = FakeServer(tok, first=long_wrong)
+    run_loop(tok, make_config(reward_path, response_length=rl, max_continuation_tokens=4), server)
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 30
+    out = run_loop(tok, make_config(reward_path, response_length=rl, p_reflect=0.0, p_answer=1.0, p_solution=0.0),
+                   FakeServer(tok, first=long_wrong))
+    assert out.extra_fields["gec_branch"] == "answer"
+    assert out.response_ids == ids(tok, long_wrong)[:30] + template + [tok.eos_token_id]
+    assert len(out.response_ids) == rl
+    assert "\\boxed{5}." in tok.decode(out.response_ids) and out.extra_fields["gec_truncated"] is False
+
+
+def test_answer_without_room_is_skipped_and_counted(tok, reward_path, verl_loop):
+    template = ids(tok, GecConfig().answer_template.replace("{answer}", "5"))
+    core = ids(tok, FIRST_WRONG)
+    # a backend that ignores max_tokens fills the room; the template must not be cut: no edit, branch counted
+    rl = len(core) + len(template)  # one short of core + template + EOS
+    server = FakeServer(tok, first_ignores_max_tokens=True)
+    out = run_loop(tok, make_config(reward_path, response_length=rl, p_reflect=0.0, p_answer=1.0, p_solution=0.0),
+                   server)
+    assert server.calls[0]["sampling_params"]["max_tokens"] == rl - len(template) - 1
+    assert out.extra_fields["gec_branch"] == "answer_no_room" and len(server.calls) == 1
+    assert out.response_ids == core + [tok.eos_token_id]  # untouched
+    assert out.extra_fields["gec_injected_tokens"] == 0 and out.extra_fields["gec_truncated"] is False
+    # template longer than the whole response budget: the cap bottoms out at 1 token, still no cut template
+    server = FakeServer(tok)
+    out = run_loop(tok, make_config(reward_path, response_length=len(template), p_reflect=0.0, p_answer=1.0,
+                                    p_solution=0.0), server)
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 1
+    assert out.extra_fields["gec_branch"] == "answer_no_room" and out.response_ids == core[:1]
+    m = gec_step_metrics({"extra_fields": np.array([out.extra_fields], dtype=object)}, ["g"], [0.0])
+    assert m["gec/count/answer_no_room"] == 1 and m["gec/frac_edited"] == 0
+
+
+def test_solution_longer_than_budget_falls_back_to_answer(tok, reward_path, verl_loop):
+    template = ids(tok, GecConfig().answer_template.replace("{answer}", "5"))
+    long_solution = "Step. " * 40 + SOLUTION
+    rl = len(template) + 1 + 40
+    assert len(ids(tok, long_solution)) + 1 > rl
+    server = FakeServer(tok)
+    out = run_loop(tok, make_config(reward_path, response_length=rl, p_reflect=0.0, p_answer=0.0, p_solution=1.0),
+                   server, **sample(solution=long_solution))
+    # the answer is the only possible edit for this row: its room is reserved
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 40
+    assert out.extra_fields["gec_branch"] == "solution_too_long"
+    assert out.response_ids == ids(tok, FIRST_WRONG) + template + [tok.eos_token_id]
+    assert "\\boxed{5}" in tok.decode(out.response_ids) and out.extra_fields["gec_truncated"] is False
+    # a solution that fits replaces the response, and nothing is reserved for this row
+    server = FakeServer(tok)
+    out = run_loop(tok, make_config(reward_path, response_length=rl, p_reflect=0.0, p_answer=0.0, p_solution=1.0),
+                   server)
+    assert server.calls[0]["sampling_params"]["max_tokens"] == rl
+    assert out.extra_fields["gec_branch"] == "solution"
+    assert out.response_ids == ids(tok, SOLUTION) + [tok.eos_token_id]
+
+
+def test_no_cap_without_gec_or_in_validation(tok, reward_path, verl_loop):
+    server = FakeServer(tok)
+    run_loop(tok, make_config(reward_path, enable=False), server)
+    assert "max_tokens" not in server.calls[0]["sampling_params"]
+    server = FakeServer(tok)
+    run_loop(tok, make_config(reward_path), server, sampling_params=VAL_SP)
+    assert "max_tokens" not in server.calls[0]["sampling_params"]
+    # a caller's own smaller max_tokens is kept
+    server = FakeServer(tok)
+    run_loop(tok, make_config(reward_path, p_reflect=1.0, p_answer=0.0, p_solution=0.0), server,
+             sampling_params={**TRAIN_SP, "max_tokens": 7})
+    assert server.calls[0]["sampling_params"]["max_tokens"] == 7
+
+
+def test_first_generation_budget():
+    cfg = GecConfig(enable=True)  # reflect and answer drawable
+    assert gec.first_generation_budget(cfg, 1287, cue_tokens=7, answer_tokens=25) == 1024
+    assert gec.first_generation_budget(cfg, 1287, cue_tokens=7, answer_tokens=400) == 1287 - 401
+    assert gec.first_generation_budget(cfg, 100, cue_tokens=7, answer_tokens=25) == 1  # never below one token
+    fr = GecConfig(enable=True, mode="force_reflect", p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    assert gec.first_generation_budget(fr, 1287, cue_tokens=7, answer_tokens=400) == 1024  # no answer branch
+    answer_only = GecConfig(enable=True, p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    assert gec.first_generation_budget(answer_only, 1287, cue_tokens=7, answer_tokens=25) == 1261
+    assert gec.first_generation_budget(answer_only, 1287, cue_tokens=7, answer_tokens=None) == 1287
+    solution_only = GecConfig(enable=True, p_reflect=0.0, p_answer=0.0, p_solution=1.0)
+    assert gec.first_generation_budget(solution_only, 1287, cue_tokens=7, answer_tokens=25) == 1287
+    assert gec.first_generation_budget(solution_only, 1287, cue_tokens=7, answer_tokens=25,
+                                       solution_fits=False) == 1261
+
+
+def test_truncation_counted_when_a_backend_overruns(tok, reward_path, verl_loop):
+    """Edits are still cut to response_length (and counted) if a first response exceeds its cap anyway."""
     cfg = GecConfig()
     core, cue = ids(tok, FIRST_WRONG), ids(tok, cfg.cue)
+    reflect = dict(p_reflect=1.0, p_answer=0.0, p_solution=0.0)
     # reflect: room for 5 continuation tokens only -> max_tokens=5, counted as truncated
     rl = len(core) + len(cue) + 5
-    server = FakeServer(tok)
-    out = run_loop(tok, make_config(reward_path, response_length=rl, p_reflect=1.0, p_answer=0.0, p_solution=0.0),
-                   server)
+    server = FakeServer(tok, first_ignores_max_tokens=True)
+    out = run_loop(tok, make_config(reward_path, response_length=rl, **reflect), server)
     assert server.calls[1]["sampling_params"]["max_tokens"] == 5
     assert len(out.response_ids) == rl == len(out.response_mask) == len(out.response_logprobs)
     assert out.response_ids == core + cue + ids(tok, CONTINUATION)[:5]
     assert out.extra_fields["gec_truncated"] is True and out.extra_fields["gec_continuation_tokens"] == 5
     # no room at all after the cue: no continuation request
-    server = FakeServer(tok)
-    out = run_loop(tok, make_config(reward_path, response_length=len(core) + 3, p_reflect=1.0, p_answer=0.0,
-                                    p_solution=0.0), server)
+    server = FakeServer(tok, first_ignores_max_tokens=True)
+    out = run_loop(tok, make_config(reward_path, response_length=len(core) + 3, **reflect), server)
     assert len(server.calls) == 1
     assert out.response_ids == (core + cue)[: len(core) + 3] and out.extra_fields["gec_truncated"] is True
-    # solution longer than the response budget
-    out = run_loop(tok, make_config(reward_path, response_length=len(core) + 1, p_reflect=0.0, p_answer=0.0,
-                                    p_solution=1.0), FakeServer(tok), **sample(solution=SOLUTION * 3))
-    assert out.response_ids == ids(tok, SOLUTION * 3)[: len(core) + 1] and out.extra_fields["gec_truncated"] is True
     # reflect that fits: not truncated even though max_continuation_tokens caps it
-    out = run_loop(tok, make_config(reward_path, max_continuation_tokens=3, p_reflect=1.0, p_answer=0.0,
-                                    p_solution=0.0), FakeServer(tok))
+    out = run_loop(tok, make_config(reward_path, max_continuation_tokens=3, **reflect), FakeServer(tok))
     assert out.extra_fields["gec_continuation_tokens"] == 3 and out.extra_fields["gec_truncated"] is False
+
+
+def test_correctness_from_the_rewards_acc(tok, reward_path, verl_loop):
+    """1 + accuracy scale: every response scores >= 1, so only the reward's ``acc`` tells right from wrong."""
+    answer = dict(p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    out = run_loop(tok, make_config(reward_path, reward_name="one_plus_acc_dict", **answer), FakeServer(tok))
+    f = out.extra_fields
+    assert f["gec_score_before"] == 1.0 and f["gec_correct_before"] is False and f["gec_branch"] == "answer"
+    out = run_loop(tok, make_config(reward_path, reward_name="one_plus_acc_dict", **answer),
+                   FakeServer(tok, first=FIRST_RIGHT))
+    assert out.extra_fields["gec_score_before"] == 2.0 and out.extra_fields["gec_branch"] == "none"
+    # a plain float reward has no acc of its own: score >= correct_threshold decides
+    out = run_loop(tok, make_config(reward_path, reward_name="one_plus_acc_float", **answer), FakeServer(tok))
+    assert out.extra_fields["gec_branch"] == "none"  # 1.0 >= the default threshold 1.0
+    out = run_loop(tok, make_config(reward_path, reward_name="one_plus_acc_float", correct_threshold=2.0, **answer),
+                   FakeServer(tok))
+    assert out.extra_fields["gec_correct_before"] is False and out.extra_fields["gec_branch"] == "answer"
+
+
+def test_response_is_correct_rules():
+    cfg = GecConfig(correct_threshold=1.0)
+    assert gec.response_is_correct(cfg, 1.0, {"score": 1.0, "acc": 0.0}) is False
+    assert gec.response_is_correct(cfg, 2.0, {"score": 2.0, "acc": True}) is True
+    assert gec.response_is_correct(cfg, 0.0, {"score": 0.0, "acc": np.float32(1.0)}) is True
+    assert gec.response_is_correct(cfg, 1.5, {"score": 1.5, "acc": 0.5}) is False  # partial credit is wrong
+    # verl's reward managers put a float result's score into acc: no score key, the threshold decides
+    assert gec.response_is_correct(cfg, 1.0, {"acc": 1.0}) is True
+    assert gec.response_is_correct(cfg, 0.5, {}) is False
+    assert gec.response_is_correct(cfg, 1.0, {"score": 1.0, "acc": "n/a"}) is True  # not a number: threshold
 
 
 def test_mask_injected(tok, reward_path, verl_loop):
@@ -461,6 +613,26 @@ def test_gec_step_metrics_v1_extra_fields_and_torch():
     _check_metrics(gec_step_metrics({"extra_fields": extra}, list(uid), torch.tensor(final)))
 
 
+def test_gec_step_metrics_acc_after_from_reward_acc():
+    """Final correctness from the final reward's acc (1 + accuracy scale: every final score is >= 1)."""
+    uid, final, rows = _hand_batch()
+    final_scaled = final + 1.0
+    acc = final.copy()
+    # legacy: reward-extra keys are columns
+    ntb = {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
+    ntb["score"], ntb["acc"] = final_scaled, acc
+    m = gec_step_metrics(ntb, uid, final_scaled, correct_threshold=1.0)
+    assert m["gec/acc_after"] == pytest.approx(3 / 6) and m["gec/groups_rescued"] == 1
+    # v1: reward_extra_info inside each row's extra_fields
+    extra = np.empty(len(rows), dtype=object)
+    extra[:] = [{**r, "reward_extra_info": {"score": s, "acc": a}} for r, s, a in zip(rows, final_scaled, acc)]
+    m = gec_step_metrics({"extra_fields": extra}, list(uid), final_scaled, correct_threshold=1.0)
+    assert m["gec/acc_after"] == pytest.approx(3 / 6) and m["gec/groups_rescued"] == 1
+    # without acc the threshold decides (and, on this scale, cannot separate: the reason acc is preferred)
+    ntb.pop("acc")
+    assert gec_step_metrics(ntb, uid, final_scaled, correct_threshold=1.0)["gec/acc_after"] == 1.0
+
+
 def test_gec_step_metrics_without_gec_rows():
     assert gec_step_metrics({"uid": np.array(["a"])}, ["a"], [1.0]) == {}
     ntb = {"gec_branch": np.array([None, None], dtype=object)}
@@ -472,7 +644,8 @@ def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    config = make_config(reward_path, response_length=96, p_reflect=1.0, p_answer=0.0, p_solution=0.0)
+    config = make_config(reward_path, response_length=96, max_continuation_tokens=32, p_reflect=1.0, p_answer=0.0,
+                         p_solution=0.0)
     reflect = run_loop(tok, config, FakeServer(tok))
     kept = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
 

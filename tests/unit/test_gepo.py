@@ -83,8 +83,8 @@ def test_ema_is_seeded_then_moves_by_gamma():
 
 
 def test_update_after_shaping_uses_previous_thresholds():
-    history = GroupEntropyHistory()
-    history.update("global", 0.0, 10.0, gamma=0.01)  # nothing is low or high
+    history = GroupEntropyHistory()  # today's (version 1) checkpoint format: nothing is low or high
+    history.load_state_dict({"version": 1, "scopes": {"global": {"h_low": 0.0, "h_high": 10.0, "num_updates": 1}}})
     R, M, L, index = three_groups()
     cfg = {"gepo": {"update_before_shaping": False}}
     adv, _ = gepo(token_level_rewards=R, response_mask=M, index=index, config=cfg, old_log_probs=L,

@@ -15,7 +15,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
 from tests.unit.helpers import outcome_batch, uids
 from verl_ext import GroupEntropyHistory
-from verl_ext.trainer.advantage import ENTROPY_KEY, compute_extension_advantage, estimator_kwargs
+from verl_ext.algos.history import EntropyMoments, ThresholdRule
+from verl_ext.trainer.advantage import ENTROPY_KEY, batch_diagnostics, compute_extension_advantage, estimator_kwargs
 from verl_ext.trainer.legacy import ExtRayPPOTrainer
 from verl_ext.trainer.mixin import STATE_FILE, EntropyAdvantageMixin
 
@@ -75,11 +76,13 @@ def bare_legacy_trainer(estimator, tmp_path=None, step=0):
 def test_legacy_fit_routes_verl_compute_advantage_and_restores_it(monkeypatch):
     seen = {}
 
-    def fake_fit(self):  # what verl's fit() does at ray_trainer.py:1667
+    def fake_fit(self):  # what verl's RayPPOTrainer.fit() does: calls the module-level compute_advantage
         data = make_batch()
         seen["data"] = ray_trainer.compute_advantage(data, adv_estimator="gepo", gamma=1.0, lam=1.0, num_repeat=4,
                                                      norm_adv_by_std_in_grpo=True, config=self.config.algorithm)
+        seen["gepo_metrics"] = self._ext_take_metrics()
         seen["grpo"] = ray_trainer.compute_advantage(make_batch(), adv_estimator="grpo", config=self.config.algorithm)
+        seen["grpo_metrics"] = self._ext_take_metrics()
 
     verl_fn = ray_trainer.compute_advantage
     monkeypatch.setattr(RayPPOTrainer, "fit", fake_fit)
@@ -88,9 +91,21 @@ def test_legacy_fit_routes_verl_compute_advantage_and_restores_it(monkeypatch):
     assert ray_trainer.compute_advantage is verl_fn  # restored after fit
     assert ENTROPY_KEY not in seen["data"].batch.keys()  # not shipped to the actor update
     assert trainer.entropy_history.num_updates() == 1
-    assert "gepo/frac_pos_attenuated" in trainer._ext_take_metrics()
-    expected = verl_fn(make_batch(), adv_estimator="grpo", config=trainer.config.algorithm)
+    assert "gepo/frac_pos_attenuated" in seen["gepo_metrics"]
+    plain = make_batch()
+    plain.batch.pop(ENTROPY_KEY)
+    expected = verl_fn(plain, adv_estimator="grpo", config=trainer.config.algorithm)
     torch.testing.assert_close(seen["grpo"].batch["advantages"], expected.batch["advantages"])  # verl's own path
+    assert ENTROPY_KEY not in seen["grpo"].batch.keys()
+    # and the step diagnostics of verl's output, the same as verl_ext's estimators log
+    grpo_metrics = seen["grpo_metrics"]
+    assert not any(k.startswith(("gepo/", "edge_grpo/")) or k == "verl_ext/frac_adv_modified" for k in grpo_metrics)
+    batch = make_batch()
+    assert grpo_metrics == batch_diagnostics(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                             batch.non_tensor_batch["uid"], expected.batch["advantages"],
+                                             batch.batch[ENTROPY_KEY])
+    assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
+            "verl_ext/response_entropy_std"} <= set(grpo_metrics)
 
 
 class CheckpointingTrainer(EntropyAdvantageMixin):
@@ -102,8 +117,9 @@ class CheckpointingTrainer(EntropyAdvantageMixin):
 
 def test_history_is_saved_in_the_step_folder_and_restored(tmp_path):
     trainer = CheckpointingTrainer(tmp_path, 3)
-    trainer.entropy_history.update("global", 0.4, 0.9, gamma=0.01)
-    trainer.entropy_history.update("global", 0.5, 1.0, gamma=0.01)
+    rule = ThresholdRule()
+    trainer.entropy_history.update("global", EntropyMoments.of([0.4, 0.9]), rule)
+    trainer.entropy_history.update("global", EntropyMoments.of([0.5, 1.0, 1.2]), rule)
     trainer._ext_save_state()
     path = tmp_path / "global_step_3" / STATE_FILE
     assert json.loads(path.read_text())["entropy_history"] == trainer.entropy_history.state_dict()
@@ -145,3 +161,33 @@ def test_v1_trainers_are_extended_per_mode_keeping_verl_mode_names():
     like = torch.zeros(2, 4)
     assert _fit_width(torch.ones(2, 3), like).tolist() == [[1, 1, 1, 0]] * 2
     assert _fit_width(torch.ones(2, 6), like).shape == (2, 4)
+
+
+def test_batch_diagnostics_values():
+    R, M = outcome_batch(torch.tensor([1.0, 1.0, 0.0, 1.0, 5.0]), torch.tensor([2, 3, 1, 1, 2]), width=3)
+    adv = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [-2.0, 0.0, 0.0], [2.0, 0.0, 0.0], [9.0, 9.0, 0.0]])
+    entropy = torch.tensor([[1.0, 3.0, 9.0], [1.0, 1.0, 1.0], [4.0, 9.0, 9.0], [2.0, 9.0, 9.0], [1.0, 1.0, 9.0]])
+    m = batch_diagnostics(R, M, uids(2, 2, 1), adv, entropy)  # groups: {1, 1} collapsed, {0, 1}, {5} singleton
+    assert m["verl_ext/collapsed_group_frac"] == 0.5 and m["verl_ext/singleton_group_count"] == 1
+    per_response_adv = torch.tensor([1.0, 0.0, -2.0, 2.0, 9.0])
+    assert m["verl_ext/adv_var"] == pytest.approx(per_response_adv.var().item())
+    h = torch.tensor([2.0, 1.0, 4.0, 2.0, 1.0])  # masked means
+    assert m["verl_ext/response_entropy_mean"] == pytest.approx(h.mean().item())
+    assert m["verl_ext/response_entropy_std"] == pytest.approx(h.std(unbiased=False).item())
+    assert "verl_ext/response_entropy_mean" not in batch_diagnostics(R, M, uids(2, 2, 1), adv)  # bypass: no entropy
+
+
+def test_file_logger_path_never_overwrites_a_run_s_metrics(tmp_path, monkeypatch):
+    from verl_ext.trainer.runner import point_file_logger
+
+    requested = tmp_path / "run" / "metrics.jsonl"
+    config = OmegaConf.create({"trainer": {"file_logger_path": str(requested)}})
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    point_file_logger(config)
+    assert os.environ["VERL_FILE_LOGGER_PATH"] == str(requested) and requested.parent.is_dir()
+    requested.write_text('{"step": 1, "data": {}}\n')  # the run before a resume into the same folder
+    point_file_logger(config)
+    assert os.environ["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "run" / "metrics.1.jsonl")
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH")
+    point_file_logger(OmegaConf.create({"trainer": {"file_logger_path": None}}))  # verl's own default
+    assert "VERL_FILE_LOGGER_PATH" not in os.environ

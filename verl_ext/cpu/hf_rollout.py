@@ -1,8 +1,9 @@
 """``hf`` rollout backend: generation with plain transformers, for machines without vLLM/SGLang (CPU).
 
 Selected with ``actor_rollout_ref.rollout.name=hf``. verl 0.9.1 only registers vllm/sglang/trtllm
-(``workers/rollout/replica.py:388-390``, ``workers/rollout/base.py:89``) and always runs rollout through the
-async agent-loop server path, so this module plugs into the same two registries those backends use:
+(``RolloutReplicaRegistry`` in ``verl.workers.rollout.replica``, ``_ROLLOUT_REGISTRY`` in
+``verl.workers.rollout.base``) and always runs rollout through the async agent-loop server path, so this module
+plugs into the same two registries those backends use:
 
 * :class:`HFReplica` (``RolloutReplicaRegistry``, "hf"): starts one :class:`HFRolloutServer` Ray actor per replica
   (0 CPU / 0 GPU, named ``hf_server_<replica>_0``), whose handle the agent loop calls ``generate`` on.
@@ -17,14 +18,19 @@ the ``n`` samples of a prompt (and all prompts of a step) are generated together
 Sampling per request: temperature, top_k, top_p, greedy when temperature <= 0, stop at EOS (unless
 ``rollout.ignore_eos``) or after ``max_tokens``. Log-probs follow vLLM's ``logprobs_mode`` (verl's default
 ``processed_logprobs``): log-softmax of the distribution actually sampled from, i.e. logits / temperature with
-top-k/top-p filtering applied (with the default top_k=-1, top_p=1 this is exactly what the actor recomputes as
-``old_log_probs``). ``raw_logprobs`` gives log-softmax of the unscaled logits.
+top-k/top-p filtering applied in vLLM's order and nucleus rule (with the default top_k=-1, top_p=1 this is exactly
+what the actor recomputes as ``old_log_probs``). ``raw_logprobs`` gives log-softmax of the unscaled logits.
+
+``abort_all_requests`` returns the queued requests as ``stop_reason="aborted"`` and closes the admission gate as
+verl's vLLM server does: later requests wait for ``resume_generation`` (or, with ``reject_request=True``, return
+aborted at once). A batch already decoding finishes (results are complete, from the weights it started with).
 
 Optional knobs, under ``actor_rollout_ref.rollout.engine_kwargs.hf`` (``+`` prefix on the command line):
 ``dtype`` (default "float32"), ``batch_window_ms`` (10), ``max_batch_wait_ms`` (100), ``num_threads`` (torch
 intra-op threads in the server; default: leave torch's default).
 
-Unsupported: multimodal inputs, LoRA adapter sync without merge (``peft_config``), delta weight formats.
+Unsupported: multimodal inputs, LoRA adapter sync without merge (``peft_config``), delta weight formats, and
+repetition/presence/frequency penalties and min_p (a request with a non-neutral value is refused).
 """
 
 from __future__ import annotations
@@ -114,8 +120,9 @@ def sample_next_tokens(
     if bool(use_p.any()):
         sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
         probs = torch.softmax(sorted_vals, dim=-1)
-        # drop a token when the mass strictly before it already reaches top_p (the top token always stays)
-        drop = ((probs.cumsum(-1) - probs) > top_p.unsqueeze(-1)) & use_p.unsqueeze(-1)
+        # nucleus as in vLLM / HF: drop a token once the mass before it reaches top_p; the top token always stays
+        drop = ((probs.cumsum(-1) - probs) >= top_p.unsqueeze(-1)) & use_p.unsqueeze(-1)
+        drop[..., 0] = False
         sorted_vals = sorted_vals.masked_fill(drop, neg_inf)
         scaled = torch.empty_like(scaled).scatter_(-1, sorted_idx, sorted_vals)
 
@@ -205,6 +212,11 @@ def generate_batch(
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# sampling parameters the hf backend does not implement, with the value at which they change nothing
+_NEUTRAL_SAMPLING_PARAMS = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                            "min_p": 0.0}
+
+
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if obj is None:
         return default
@@ -218,7 +230,7 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 class HFRolloutServer:
     """Token-in/token-out generation server for one replica (wrapped with ``ray.remote`` by :class:`HFReplica`).
 
-    Implements what verl calls on rollout servers: ``generate`` (``workers/rollout/llm_server.py:150``), the
+    Implements what verl calls on rollout servers: ``generate`` (called by ``LLMServerClient.generate``), the
     lifecycle methods of ``RolloutReplica`` (no-ops on CPU: nothing to free), and ``load_weights``.
     """
 
@@ -251,6 +263,10 @@ class HFRolloutServer:
         self._queue: list[tuple[GenRequest, asyncio.Future]] = []
         self._batcher: Optional[asyncio.Task] = None
         self._lock: Optional[asyncio.Lock] = None  # created lazily on the actor's event loop
+        # admission gate, as verl's vLLM server: closed by abort_all_requests, opened by resume_generation
+        self._paused = False
+        self._rejecting = False
+        self._resumed: Optional[asyncio.Event] = None  # created lazily on the actor's event loop
         self.num_batches = 0
         self.num_requests = 0
 
@@ -281,13 +297,16 @@ class HFRolloutServer:
 
     def _make_request(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> GenRequest:
         params = dict(sampling_params or {})
+        for key, neutral in _NEUTRAL_SAMPLING_PARAMS.items():  # refuse, rather than silently sample differently
+            if params.get(key) not in (None, neutral):
+                raise NotImplementedError(f"hf rollout backend does not support {key}={params[key]!r}")
         prompt_ids = [int(t) for t in prompt_ids]
         room = self.max_model_len - len(prompt_ids)
         if room < 1:
             raise ValueError(
                 f"Prompt length ({len(prompt_ids)}) leaves no room within max_model_len {self.max_model_len}"
             )
-        # same default and clamping as verl's vLLM server (vllm_async_server.py:601-617)
+        # same default and clamping as verl's vLLM server (``vLLMHttpServer.generate``)
         max_tokens = params.get("max_tokens", params.get("max_new_tokens"))
         if max_tokens is None:
             max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
@@ -314,15 +333,17 @@ class HFRolloutServer:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise NotImplementedError("hf rollout backend supports text-only prompts")
         request = self._make_request(prompt_ids, sampling_params)
+        while self._paused:  # behind a closed gate: wait for resume_generation, or fail when rejecting
+            if self._rejecting:
+                return self._aborted_output()
+            await self._resume_event().wait()
         future = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches())
         result = await future
         if result is None:  # aborted before it ran
-            return TokenOutput(
-                token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": self.global_steps}
-            )
+            return self._aborted_output()
         token_ids, log_probs = result
         want_logprobs = bool((sampling_params or {}).get("logprobs", False))
         return TokenOutput(
@@ -331,6 +352,16 @@ class HFRolloutServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    def _aborted_output(self) -> TokenOutput:
+        return TokenOutput(
+            token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": self.global_steps}
+        )
+
+    def _resume_event(self) -> asyncio.Event:
+        if self._resumed is None:
+            self._resumed = asyncio.Event()
+        return self._resumed
 
     def _get_lock(self) -> asyncio.Lock:
         if self._lock is None:
@@ -431,7 +462,14 @@ class HFRolloutServer:
         return None
 
     async def abort_all_requests(self, reject_request: bool = False, **kwargs) -> dict:
-        """Queued (not yet running) requests return empty with stop_reason="aborted"; a running batch finishes."""
+        """Queued (not yet running) requests return empty with stop_reason="aborted"; a running batch finishes.
+
+        Closes the admission gate as verl's vLLM server does: requests that arrive afterwards wait for
+        :meth:`resume_generation`, or with ``reject_request=True`` return at once as aborted.
+        """
+        self._paused = True
+        self._rejecting = bool(reject_request)
+        self._resume_event().clear()
         aborted = [(r, f) for r, f in self._queue if not f.done()]
         self._queue.clear()
         for _, f in aborted:
@@ -439,7 +477,9 @@ class HFRolloutServer:
         return {"aborted_count": len(aborted), "request_ids": []}
 
     async def resume_generation(self):
-        return None
+        self._paused = False
+        self._rejecting = False
+        self._resume_event().set()
 
     async def start_profile(self, **kwargs):
         return None

@@ -1,7 +1,7 @@
 """A "cpu" platform for verl 0.9.1's platform registry, plus the two fixes verl needs to train on CPU.
 
-verl 0.9.1 registers only ``nvidia``, ``huawei`` and ``amd`` (``verl/plugin/platform/platform_manager.py:172-174``);
-on a machine without an accelerator it falls back to ``nvidia`` and later dies in NCCL. This module adds
+verl 0.9.1's platform registry (``verl.plugin.platform.platform_manager``) holds only ``nvidia``, ``huawei`` and
+``amd``; on a machine without an accelerator it falls back to ``nvidia`` and later dies in NCCL. This module adds
 :class:`PlatformCPU` (name ``"cpu"``, backend ``gloo``) and two small wrappers (see :func:`apply_verl_fixes`).
 
 Nothing here runs by itself: :func:`verl_ext.cpu.activate_cpu_support_if_needed` decides whether CPU mode is on.
@@ -87,9 +87,9 @@ class PlatformCPU(PlatformBase):
     """verl platform for plain CPUs: ``gloo`` collectives, no accelerator.
 
     ``current_device()`` returns ``"cpu"`` (not an int) because verl uses ``get_device_id()`` as a ``.to()`` /
-    ``device_id=`` target (e.g. ``workers/engine/fsdp/transformer_impl.py:935``, ``utils/fsdp_utils.py:224``).
+    ``device_id=`` target (e.g. ``FSDPEngine.get_per_tensor_param_shard``, ``fsdp_utils.load_fsdp_model_to_gpu``).
     ``ray_resource_name()`` stays ``"GPU"``: verl asks Ray for ``{"GPU": 1}`` bundles per worker
-    (``single_controller/ray/base.py:146``), so run Ray with logical GPUs, e.g. ``+ray_kwargs.ray_init.num_gpus=1``;
+    (``RayResourcePool.get_placement_groups``), so run Ray with logical GPUs, e.g. ``+ray_kwargs.ray_init.num_gpus=1``;
     torch never sees CUDA.
     """
 
@@ -174,7 +174,7 @@ class PlatformCPU(PlatformBase):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The two verl fixes (verl-on-cpu.md section 4.2). Both wrap, neither edits site-packages.
+# The two verl fixes (docs/cpu.md). Both wrap, neither edits site-packages.
 # ---------------------------------------------------------------------------------------------------------------
 
 _PATCHED_ATTR = "_verl_ext_cpu_patched"
@@ -183,10 +183,10 @@ _PATCHED_ATTR = "_verl_ext_cpu_patched"
 def _gloo_process_group_wrapper(orig):
     """Wrap ``verl.utils.distributed.initialize_global_process_group_ray``.
 
-    Why: ``utils/distributed.py:89`` builds ``backend = f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"``,
+    Why: it builds ``backend = f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"``,
     which on the cpu platform is ``"cpu:gloo,cpu:gloo"`` and torch raises
     ``ValueError: Duplicate device type cpu in backend string``. Passing ``backend="gloo"`` when the caller gave
-    none avoids it; explicit backends (e.g. ``checkpoint_engine/base.py:351`` passes ``"cpu:gloo"``) are kept.
+    none avoids it; explicit backends (e.g. ``CheckpointEngineWorker.__init__`` passes ``"cpu:gloo"``) are kept.
     """
     if getattr(orig, _PATCHED_ATTR, False):
         return orig
@@ -203,13 +203,13 @@ def apply_verl_fixes() -> None:
     """Apply the two CPU fixes. Idempotent; only called when CPU mode is active.
 
     1. gloo backend string: wrap ``initialize_global_process_group_ray`` (see ``_gloo_process_group_wrapper``).
-       ``workers/engine_workers.py:38`` imports the function by name, so the wrapper is also put there if that
+       ``verl.workers.engine_workers`` imports the function by name, so the wrapper is also put there if that
        module is already loaded (normally it is not yet: plugins load at the end of ``import verl``).
     2. engine selection: FSDP engines are registered only for ``device=["cuda", "npu"]``
-       (``workers/engine/fsdp/transformer_impl.py:1143,1594``) and the lookup (``workers/engine/base.py:402``)
+       (``FSDPEngineWithLMHead``, ``FSDPEngineWithValueHead``) and the lookup (``EngineRegistry.get_engine_cls``)
        uses ``get_device_name()`` = "cpu", giving ``ValueError: No engine registered for device='cpu'``.
-       verl's own override env ``VERL_ENGINE_DEVICE=cuda`` changes only which engine *class* is picked
-       (``workers/engine/base.py:405``); the engine then places tensors with ``get_device_id()`` = "cpu".
+       verl's own override env ``VERL_ENGINE_DEVICE=cuda``, read by that lookup, changes only which engine
+       *class* is picked; the engine then places tensors with ``get_device_id()`` = "cpu".
     """
     import verl.utils.distributed as dist_mod
 

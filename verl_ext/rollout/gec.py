@@ -1,15 +1,19 @@
-"""Guided Error Correction (EDGE-GRPO §3) and the +Force-R baseline (§4): the pure logic.
+"""Guided Error Correction (EDGE-GRPO) and the +Force-R baseline (docs/edge-grpo.md): the pure logic.
 
 No ray / verl imports here: the agent loop (``verl_ext.rollout.gec_agent_loop``) does the I/O (generation,
 reward, tokenizer) and calls these functions; the trainer glue calls :func:`gec_step_metrics`.
 
-What the official code does and what this port keeps (spec §3, §4, §7):
+What the official code does and what this port keeps (docs/edge-grpo.md):
   * every response whose reward is below ``correct_threshold`` is edited, correct ones are left alone, the
     group keeps its n members;
   * mode ``gec``: one branch per wrong response, drawn with p_reflect / p_answer / p_solution;
     mode ``force_reflect``: always the reflection branch (cue + policy continuation, no ground truth);
   * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``).
-Deviations, on purpose (spec §7): the new response is built by concatenating token ids (no decode/re-encode),
+Length budget (the original samples at most 1024 tokens, then continues reflections for 256): on a GEC training
+rollout the first generation is capped by :func:`first_generation_budget` so that every branch that can be drawn
+has room after it; an answer template that still would not fit is not cut but skipped (``answer_no_room``), and
+a reference solution longer than the response budget falls back to the answer (``solution_too_long``).
+Deviations, on purpose (docs/edge-grpo.md): the new response is built by concatenating token ids (no decode/re-encode),
 so the prompt/response boundary is exact and the response keeps an EOS: the original response's own
 terminator (or the tokenizer's EOS when it had none) closes the answer and solution branches; a reflection
 continuation keeps exactly what the policy generated (EOS included iff the policy stopped by itself -- a
@@ -31,18 +35,23 @@ BRANCH_REFLECT = "reflect"  # cue + policy continuation (also every edit of mode
 BRANCH_ANSWER = "answer"  # answer template with the ground truth appended
 BRANCH_SOLUTION = "solution"  # response replaced by the reference solution
 BRANCH_SOLUTION_FALLBACK = "solution_fallback"  # solution drawn, row has none: answer injection instead
+BRANCH_SOLUTION_TOO_LONG = "solution_too_long"  # solution drawn, longer than the response budget: answer instead
 BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correction
-BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_GATED)
-EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK)
+BRANCH_ANSWER_NO_ROOM = "answer_no_room"  # answer injection drawn, template + EOS would not fit: left unedited
+BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK,
+            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM)
+EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)
+ANSWER_BRANCHES = (BRANCH_ANSWER, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)  # inject the answer template
 
 # Keys the agent loop writes into AgentLoopOutput.extra_fields (non-tensor columns of the trainer batch).
 KEY_BRANCH = "gec_branch"  # str, one of BRANCHES
 KEY_SCORE_BEFORE = "gec_score_before"  # float, reward of the first response
-KEY_CORRECT_BEFORE = "gec_correct_before"  # bool, score_before >= correct_threshold
+KEY_CORRECT_BEFORE = "gec_correct_before"  # bool, see response_is_correct
 KEY_CONTINUATION_TOKENS = "gec_continuation_tokens"  # int, policy tokens generated after the cue (kept)
 KEY_INJECTED_TOKENS = "gec_injected_tokens"  # int, cue/template/solution/EOS tokens in the final response
 KEY_TRUNCATED = "gec_truncated"  # bool, the edit was cut by rollout.response_length
 KEY_RESPONSE_LEN_BEFORE = "gec_response_len_before"  # int, tokens of the first response
+KEY_FIRST_HIT_CAP = "gec_first_hit_cap"  # bool, the first generation stopped at first_generation_budget, no EOS
 EXTRA_KEYS = (
     KEY_BRANCH,
     KEY_SCORE_BEFORE,
@@ -51,6 +60,7 @@ EXTRA_KEYS = (
     KEY_INJECTED_TOKENS,
     KEY_TRUNCATED,
     KEY_RESPONSE_LEN_BEFORE,
+    KEY_FIRST_HIT_CAP,
 )
 
 
@@ -81,7 +91,36 @@ def draw_branch(cfg, rng: random.Random) -> str:
     return BRANCH_ANSWER if cfg.p_answer > 0 else BRANCH_REFLECT
 
 
-def is_correct(cfg, score: float) -> bool:
+def acc_is_correct(acc: Any) -> Optional[bool]:
+    """A reward's ``acc`` as right/wrong: fully correct (True or >= 1) or not; None when it is not a number."""
+    try:
+        value = float(acc.item() if hasattr(acc, "item") else acc)
+    except (TypeError, ValueError):
+        return None
+    return bool(np.isfinite(value) and value >= 1.0 - 1e-6)
+
+
+def reward_acc(reward_extra_info: Any) -> Optional[bool]:
+    """Correctness from the ``acc`` of a reward function that returned a dict, else None.
+
+    verl's reward managers copy a dict result's keys (``score`` included) into ``reward_extra_info`` and, for a
+    plain float result, set ``acc`` to the score itself; so ``acc`` is the reward's own accuracy only when ``score``
+    sits next to it.
+    """
+    if not isinstance(reward_extra_info, dict) or "acc" not in reward_extra_info or "score" not in reward_extra_info:
+        return None
+    return acc_is_correct(reward_extra_info["acc"])
+
+
+def response_is_correct(cfg, score: float, reward_extra_info: Any = None) -> bool:
+    """Right or wrong before correction: the reward's ``acc`` when it returns one, else score >= correct_threshold.
+
+    ``acc`` keeps GEC working with rewards whose scale no threshold separates, e.g. EDGE-GRPO's 1 + accuracy
+    (every response scores >= 1); as in the original, anything short of full accuracy counts as wrong.
+    """
+    from_acc = reward_acc(reward_extra_info)
+    if from_acc is not None:
+        return from_acc
     return float(score) >= float(cfg.correct_threshold)
 
 
@@ -90,20 +129,42 @@ def is_gated(cfg, prompt_len: int) -> bool:
     return gate is not None and int(prompt_len) >= int(gate)
 
 
-def choose_branch(cfg, *, score_before: float, prompt_len: int, has_solution: bool, rng: random.Random) -> str:
+def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rng: random.Random,
+                  solution_fits: bool = True) -> str:
     """The branch of one response: none (correct), gated, or an edit (see BRANCHES).
 
     The gate is checked only for wrong responses (correct ones are ``none`` whatever their prompt length), and
-    no random number is drawn for correct or gated responses.
+    no random number is drawn for correct or gated responses. A drawn solution falls back to the answer when the
+    row has none (``solution_fallback``) or when it does not fit the response budget (``solution_too_long``).
     """
-    if is_correct(cfg, score_before):
+    if correct:
         return BRANCH_NONE
     if is_gated(cfg, prompt_len):
         return BRANCH_GATED
     branch = draw_branch(cfg, rng)
     if branch == BRANCH_SOLUTION and not has_solution:
         return BRANCH_SOLUTION_FALLBACK
+    if branch == BRANCH_SOLUTION and not solution_fits:
+        return BRANCH_SOLUTION_TOO_LONG
     return branch
+
+
+def first_generation_budget(cfg, response_length: int, *, cue_tokens: int, answer_tokens: Optional[int],
+                            solution_fits: bool = True) -> int:
+    """Most tokens the first generation of a GEC training rollout may take, so that each drawable branch fits.
+
+    Room is kept for the larger of: cue + ``max_continuation_tokens`` (reflection can be drawn) and answer
+    template + EOS (answer injection can be drawn: ``p_answer > 0``, or ``p_solution > 0`` with no usable
+    solution). ``answer_tokens`` None means unknown (the row has no ground truth) and reserves nothing for it.
+    With ``response_length = 1024 + cue + 256`` this is the original's 1024 + 256. At least 1.
+    """
+    reserve = 0
+    if cfg.mode == "force_reflect" or cfg.p_reflect > 0:
+        reserve = int(cue_tokens) + int(cfg.max_continuation_tokens)
+    answer_drawable = cfg.mode != "force_reflect" and (cfg.p_answer > 0 or (cfg.p_solution > 0 and not solution_fits))
+    if answer_drawable and answer_tokens is not None:
+        reserve = max(reserve, int(answer_tokens) + 1)
+    return max(1, int(response_length) - reserve)
 
 
 def reference_solution(extra_info: Any, key: str) -> Optional[str]:
@@ -282,6 +343,21 @@ def _gec_columns(non_tensor_batch: dict, n: int) -> Optional[dict[str, list]]:
     return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
 
 
+def _final_acc(non_tensor_batch: dict, n: int) -> list[Optional[bool]]:
+    """Per row: correctness from the final reward's ``acc`` (see :func:`reward_acc`), None where there is none.
+
+    Legacy trainer: reward-extra keys are columns (``score``, ``acc``, ...);
+    v1: ``extra_fields[i]["reward_extra_info"]``.
+    """
+    if "acc" in non_tensor_batch and "score" in non_tensor_batch:
+        return [reward_acc({"score": s, "acc": a}) for s, a in zip(non_tensor_batch["score"], non_tensor_batch["acc"])]
+    extra = non_tensor_batch.get("extra_fields")
+    if extra is not None:
+        rows = [getattr(r, "data", r) for r in list(extra)]
+        return [reward_acc(r.get("reward_extra_info")) if isinstance(r, dict) else None for r in rows]
+    return [None] * n
+
+
 def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshold: float = 1.0) -> dict[str, float]:
     """GEC metrics of one training step, keys prefixed ``gec/``.
 
@@ -292,14 +368,15 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
             validation) are ignored.
         uid: group id per row (verl's ``uid`` column).
         final_scores: sequence reward per row after correction (e.g. ``token_level_scores.sum(-1)``).
-        correct_threshold: ``algorithm.gec.correct_threshold``; used for the final scores (the before side uses
-            the recorded ``gec_correct_before``).
+        correct_threshold: ``algorithm.gec.correct_threshold``; decides the final correctness of rows whose reward
+            has no ``acc`` (see :func:`response_is_correct`; the before side uses the recorded ``gec_correct_before``).
     Returns {} when the batch holds no GEC rows.
 
-    Keys: acc_before / acc_after (fraction >= threshold), reward_before / reward_after (means), frac_edited,
+    Keys: acc_before / acc_after (fraction correct), reward_before / reward_after (means), frac_edited,
     count/<branch> for every branch, continuation_tokens (sum) and continuation_tokens_mean (per reflection),
-    injected_tokens (sum), truncated (count), groups, groups_all_wrong_before, groups_rescued (all wrong before,
-    both correct and wrong after), groups_collapsed_before / groups_collapsed_after (identical scores), responses.
+    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), groups,
+    groups_all_wrong_before, groups_rescued (all wrong before, both correct and wrong after),
+    groups_collapsed_before / groups_collapsed_after (identical scores), responses.
     """
     uid = np.asarray(list(uid), dtype=object)
     scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
@@ -322,7 +399,10 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     correct_before = np.array(
         [bool(c) if c is not None else bool(s >= correct_threshold) for c, s in zip(correct_before_raw, before)]
     )
-    correct_after = scores >= float(correct_threshold)
+    acc_after = _final_acc(non_tensor_batch, n)
+    correct_after = np.array([a if a is not None else bool(s >= float(correct_threshold))
+                              for a, s in zip(acc_after, scores)], dtype=bool)
+    first_hit_cap = col(KEY_FIRST_HIT_CAP, False).astype(bool)
     cont = col(KEY_CONTINUATION_TOKENS, 0).astype(np.int64)
     injected = col(KEY_INJECTED_TOKENS, 0).astype(np.int64)
     trunc = col(KEY_TRUNCATED, False).astype(bool)
@@ -344,6 +424,7 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     m["gec/continuation_tokens_mean"] = float(cont[reflect].mean()) if reflect.any() else 0.0
     m["gec/injected_tokens"] = float(injected[r].sum())
     m["gec/truncated"] = float(trunc[r].sum())
+    m["gec/first_hit_cap"] = float(first_hit_cap[r].sum())
 
     groups = all_wrong = rescued = collapsed_before = collapsed_after = 0
     order: dict[Any, list[int]] = {}

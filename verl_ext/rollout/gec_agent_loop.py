@@ -4,10 +4,13 @@ Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent`` 
 turn it on with ``algorithm.gec.enable=true``. With ``enable=false``, and for every validation rollout, ``run``
 is exactly ``SingleTurnAgentLoop.run`` (same output, no extra fields).
 
-When on, after the single-turn generation the loop
+When on (training rollouts), the single-turn generation gets at most ``gec.first_generation_budget`` tokens
+(room is kept for the longest edit that can be drawn: the original's 1024 first-rollout + 256 continuation
+tokens); then the loop
   1. scores the response with verl's own reward manager (``verl.trainer.ppo.reward.load_reward_manager``: the
      same ``reward.custom_reward_function`` / default ``compute_score`` and reward manager as verl's reward loop);
-  2. picks a branch (``verl_ext.rollout.gec.choose_branch``) and edits the response token-exactly:
+  2. decides right/wrong (the reward's ``acc`` when it returns one, else ``correct_threshold``), picks a branch
+     (``verl_ext.rollout.gec.choose_branch``) and edits the response token-exactly:
      reflect = response core + cue ids + policy continuation (generated from original prompt + core + cue by the
      same server, up to ``max_continuation_tokens``); answer = core + template ids + EOS; solution = reference
      solution ids + EOS;
@@ -18,8 +21,8 @@ Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutpu
 Rollout log-probs of injected tokens (cue, template, solution, added EOS) are 0.0: no engine sampled them and
 the generate API cannot score given tokens. verl's loss uses the actor's recomputed old log-probs (ratio 1 on
 the first pass, as in the original), so only the rollout-vs-actor diagnostics (and rollout-correction IS
-weights, or ``bypass_mode``, which would treat them as probability-1 tokens) see them; with ``mask_injected``
-they are out of the loss anyway.
+weights, or ``bypass_mode``, which would treat them as probability-1 tokens: refused at start-up by
+``verl_ext.config.validate_run_config``) see them; with ``mask_injected`` they are out of the loss anyway.
 
 Validation rollouts are recognised from the caller: verl's ``AgentLoopWorker._run_agent_loop`` (shared by the
 v1 ``AgentLoopWorkerTQ``) holds ``trajectory["validate"]`` but does not pass it to ``run``; see
@@ -37,6 +40,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 from uuid import uuid4
 
@@ -44,12 +48,12 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_ext.rollout import gec
+from verl_ext.rollout import GEC_AGENT_NAME, gec
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
 
-AGENT_NAME = "gec_agent"
+AGENT_NAME = GEC_AGENT_NAME
 
 # Per-process caches keyed by id() of verl's config object (one object per agent-loop worker; kept alive here).
 _GEC_CONFIGS: dict[int, tuple[Any, Any]] = {}
@@ -216,6 +220,24 @@ def _merge_token_extra(extra: dict, more: dict) -> None:
         extra["global_steps"] = more["global_steps"]
 
 
+@dataclass
+class _Plan:
+    cue_ids: list[int]
+    answer_ids: Optional[list[int]]  # answer template with the ground truth; None: the row has no ground truth
+    solution_ids: Optional[list[int]]  # the row's reference solution; None: it has none
+    solution_fits: bool  # solution + EOS fit in rollout.response_length
+    first_budget: int  # gec.first_generation_budget
+
+
+def _with_max_tokens(sampling_params: dict, cap: int) -> dict:
+    """The sampling params with ``max_tokens`` at most ``cap`` (vLLM, SGLang and the hf backend all honour it)."""
+    params = dict(sampling_params)
+    given = params.pop("max_new_tokens", None)
+    given = params.get("max_tokens", given)
+    params["max_tokens"] = int(cap) if given is None else min(int(given), int(cap))
+    return params
+
+
 @register(AGENT_NAME)
 class GecAgentLoop(SingleTurnAgentLoop):
     """Single-turn agent loop with Guided Error Correction / +Force-R on training rollouts."""
@@ -250,10 +272,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
             raise ValueError("GEC needs an EOS token id (tokenizer.eos_token_id is None)")
         return int(eos)
 
-    async def _score(self, prompt_ids, response_ids, kwargs, extra_fields, num_turns) -> float:
+    async def _score(self, prompt_ids, response_ids, kwargs, extra_fields, num_turns) -> tuple[float, dict]:
+        """(score, reward_extra_info) of a response, from verl's reward manager."""
         manager = reward_manager_of(self.config, self.tokenizer)
         data = build_reward_input(prompt_ids, response_ids, kwargs, extra_fields, num_turns)
-        return _reward_value(await manager.run_single(data))
+        result = await manager.run_single(data)
+        extra = result.get("reward_extra_info") if isinstance(result, dict) else None
+        return _reward_value(result), (extra if isinstance(extra, dict) else {})
 
     def _rng(self, kwargs: dict):
         parts = [kwargs.get(k) for k in ("uid", "session_id", "priority", "global_steps", "index")]
@@ -264,39 +289,64 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     # ------------------------------------------------------------ run
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        output = await super().run(sampling_params, **kwargs)
-        if not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config):
-            return output
-        return await self._correct(output, sampling_params, kwargs)
+    def _plan(self, kwargs: dict) -> _Plan:
+        """Token ids of the possible edits of this sample and the first generation's budget, before generating."""
+        cfg = self.gec_config
+        cue_ids = self._encode(cfg.cue)
+        try:
+            answer_ids = self._encode(gec.answer_text(cfg, gec.ground_truth_text(kwargs.get("reward_model"))))
+        except ValueError:  # no ground truth: an answer branch fails later, with this error
+            answer_ids = None
+        solution = gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key)
+        solution_ids = self._encode(solution) if solution is not None else None
+        solution_fits = solution_ids is not None and len(solution_ids) + 1 <= self.response_length  # + EOS
+        budget = gec.first_generation_budget(
+            cfg, self.response_length, cue_tokens=len(cue_ids),
+            answer_tokens=len(answer_ids) if answer_ids is not None else None, solution_fits=solution_fits,
+        )
+        return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
-    async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        if not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config):
+            return await super().run(sampling_params, **kwargs)
+        plan = self._plan(kwargs)
+        first_params = _with_max_tokens(sampling_params, plan.first_budget)
+        output = await super().run(first_params, **kwargs)
+        return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"])
+
+    async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
+                       first_cap: int) -> AgentLoopOutput:
         cfg = self.gec_config
         prompt_ids = list(output.prompt_ids)
         response_ids = list(output.response_ids)
-        score_before = await self._score(prompt_ids, response_ids, kwargs, output.extra_fields, output.num_turns)
-        solution = gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key)
+        score_before, reward_info = await self._score(prompt_ids, response_ids, kwargs, output.extra_fields,
+                                                      output.num_turns)
+        correct_before = gec.response_is_correct(cfg, score_before, reward_info)
         branch = gec.choose_branch(
             cfg,
-            score_before=score_before,
+            correct=correct_before,
             prompt_len=len(prompt_ids),
-            has_solution=solution is not None,
+            has_solution=plan.solution_ids is not None,
+            solution_fits=plan.solution_fits,
             rng=self._rng(kwargs),
         )
+        core, terminator = gec.split_terminal(response_ids, self._stop_ids())
+        if branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids or []) + 1 > self.response_length:
+            branch = gec.BRANCH_ANSWER_NO_ROOM  # never a cut template (no boxed answer, no EOS)
         fields = {
             gec.KEY_BRANCH: branch,
             gec.KEY_SCORE_BEFORE: float(score_before),
-            gec.KEY_CORRECT_BEFORE: gec.is_correct(cfg, score_before),
+            gec.KEY_CORRECT_BEFORE: bool(correct_before),
             gec.KEY_CONTINUATION_TOKENS: 0,
             gec.KEY_INJECTED_TOKENS: 0,
             gec.KEY_TRUNCATED: False,
             gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
+            gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
         }
         if branch not in gec.EDIT_BRANCHES:
             output.extra_fields.update(fields)
             return output
 
-        core, terminator = gec.split_terminal(response_ids, self._stop_ids())
         core_seg = gec.Segment(
             ids=core,
             injected=False,
@@ -305,7 +355,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         )
         continuation_cut = False
         if branch == gec.BRANCH_REFLECT:
-            cue_ids = self._encode(cfg.cue)
+            cue_ids = plan.cue_ids
             budget = gec.continuation_budget(self.response_length, len(core) + len(cue_ids),
                                              cfg.max_continuation_tokens)
             cont_ids, cont_lps = [], None
@@ -321,12 +371,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
             segments = [core_seg, gec.Segment(cue_ids, injected=True),
                         gec.Segment(cont_ids, injected=False, logprobs=cont_lps)]
             fields[gec.KEY_CONTINUATION_TOKENS] = len(cont_ids)
-        elif branch in (gec.BRANCH_ANSWER, gec.BRANCH_SOLUTION_FALLBACK):
-            text = gec.answer_text(cfg, gec.ground_truth_text(kwargs.get("reward_model")))
-            segments = [core_seg, gec.Segment(self._encode(text), injected=True),
+        elif branch in gec.ANSWER_BRANCHES:
+            if plan.answer_ids is None:
+                gec.ground_truth_text(kwargs.get("reward_model"))  # raises: the row has no ground truth
+            segments = [core_seg, gec.Segment(plan.answer_ids, injected=True),
                         gec.Segment([self._eos_id(terminator)], injected=True)]
         else:  # solution: the reference solution replaces the whole response
-            segments = [gec.Segment(self._encode(solution), injected=True),
+            segments = [gec.Segment(plan.solution_ids, injected=True),
                         gec.Segment([self._eos_id(terminator)], injected=True)]
 
         built = gec.assemble_response(

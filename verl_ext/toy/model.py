@@ -21,7 +21,7 @@ MODEL_KW = dict(
     rope_theta=10000.0,
 )
 
-# SFT warm-up. docs/toy-task-findings.md recommends AdamW lr 3e-3, batch 32, 160 steps; with
+# SFT warm-up. A first prototype's recipe was AdamW lr 3e-3, batch 32, 160 steps; with
 # this ChatML prompt that recipe plateaus at chance (acc@T1 0.12, entropy 2.2 after 160 steps;
 # lr >= 5e-3 often never leaves the plateau). lr 2e-3 leaves it reliably, so we train at lr 2e-3
 # until the exact T=1 accuracy on the training pairs reaches SFT_TARGET_ACC (checked every

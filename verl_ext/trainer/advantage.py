@@ -44,11 +44,12 @@ def estimator_kwargs(data: DataProto, config, history: GroupEntropyHistory | Non
     return kwargs
 
 
-def batch_diagnostics(kwargs: dict, advantages: torch.Tensor) -> dict[str, float]:
-    """Collapse, advantage variance and response entropy of one step (for any verl_ext estimator)."""
-    mask = kwargs["response_mask"]
-    scores = kwargs["token_level_rewards"].sum(-1).float()
-    gid, num_groups = group_ids(kwargs["index"])
+def batch_diagnostics(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, advantages: torch.Tensor,
+                      entropy: torch.Tensor | None = None) -> dict[str, float]:
+    """Collapse, advantage variance and response entropy of one step (for any adv_estimator, verl's included)."""
+    mask = response_mask
+    scores = token_level_rewards.sum(-1).float()
+    gid, num_groups = group_ids(index)
     _, reward_std, count = group_mean_std(scores, gid, num_groups)
     multi = count > 1
     per_response_adv, _ = masked_row_mean(advantages.float(), mask)
@@ -59,13 +60,19 @@ def batch_diagnostics(kwargs: dict, advantages: torch.Tensor) -> dict[str, float
         "verl_ext/adv_var": per_response_adv.var().item() if per_response_adv.numel() > 1 else 0.0,
         "verl_ext/empty_response_count": float((mask.sum(-1) == 0).sum().item()),
     }
-    if kwargs.get("entropy") is not None:
-        h_resp, _ = masked_row_mean(kwargs["entropy"].float(), mask)
+    if entropy is not None:
+        h_resp, _ = masked_row_mean(entropy.float(), mask)
         h_resp = h_resp[torch.isfinite(h_resp)]
         if h_resp.numel():
             metrics["verl_ext/response_entropy_mean"] = h_resp.mean().item()
             metrics["verl_ext/response_entropy_std"] = h_resp.std(unbiased=False).item()
     return metrics
+
+
+def verl_step_diagnostics(data: DataProto, entropy: torch.Tensor | None) -> dict[str, float]:
+    """The same step diagnostics for a batch whose advantages verl computed itself (grpo, gae, ...)."""
+    return batch_diagnostics(data.batch["token_level_rewards"], data.batch["response_mask"],
+                             data.non_tensor_batch["uid"], data.batch["advantages"], entropy)
 
 
 def compute_extension_advantage(
@@ -74,10 +81,13 @@ def compute_extension_advantage(
     """Run a verl_ext estimator on ``data`` in place; returns (data, metrics)."""
     kwargs = estimator_kwargs(data, config, history)
     metrics: dict[str, float] = {}
-    advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics)
+    loss_inputs: dict[str, torch.Tensor] = {}  # per-response fields for the actor loss (edge_grpo.entropy_grad)
+    advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics, loss_inputs=loss_inputs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
-    metrics.update(batch_diagnostics(kwargs, advantages))
+    data.batch.update(loss_inputs)
+    metrics.update(batch_diagnostics(kwargs["token_level_rewards"], kwargs["response_mask"], kwargs["index"],
+                                     advantages, kwargs.get("entropy")))
     return data, metrics
 
 

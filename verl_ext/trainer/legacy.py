@@ -1,9 +1,11 @@
 """verl's legacy ``RayPPOTrainer`` (``trainer.use_v1=false``) with verl_ext's advantage routing.
 
-Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys`` at
-ray_trainer.py:1601), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
-legacy loop, looked up at call time) through the shared function while it runs, ``_update_actor`` adds the step's
-advantage and GEC metrics to the actor metrics that ``fit()`` logs; the mixin's checkpoint hooks keep the history.
+Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`` pops ``entropys``
+after logging it), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
+legacy loop, looked up at call time) through the shared function while it runs (any other estimator: verl's own
+function, and the step diagnostics from its output), ``_update_actor`` adds the step's advantage and GEC metrics to
+the actor metrics that ``fit()`` logs; the mixin's checkpoint hooks keep the history;
+``init_workers`` installs the entropy_grad actor loss when it is on.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from __future__ import annotations
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 
-from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator
+from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator, verl_step_diagnostics
+from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
 
 
 class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
+    def init_workers(self):
+        super().init_workers()
+        self._ext_install_entropy_grad_loss()
+
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)
-        if self._ext_active():
-            old_log_prob.batch[ENTROPY_KEY] = old_log_prob.batch["entropys"]
+        old_log_prob.batch[ENTROPY_KEY] = old_log_prob.batch["entropys"]  # any estimator: for the step diagnostics
         return old_log_prob, mfu
 
     def fit(self):
@@ -28,8 +34,11 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
             return super().fit()
 
     def _routed_compute_advantage(self, data, adv_estimator, *args, **kwargs):
-        if not is_extension_estimator(adv_estimator):
-            return self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)
+        if not is_extension_estimator(adv_estimator):  # verl's own computation, on the batch verl would pass it
+            entropy = data.batch.pop(ENTROPY_KEY, None)
+            data = self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)
+            self._ext_metrics = verl_step_diagnostics(data, entropy)
+            return data
         if "response_mask" not in data.batch.keys():
             data.batch["response_mask"] = compute_response_mask(data)
         data = self._ext_compute_advantage(data)
@@ -39,6 +48,7 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
     def _update_actor(self, batch):
         actor_output = super()._update_actor(batch)
         metrics = actor_output.meta_info["metrics"]
+        summarize_entropy_grad_metrics(metrics)
         metrics.update(self._ext_take_metrics())
         metrics.update(self._gec_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"],
                                          batch.batch["token_level_scores"].sum(-1)))

@@ -15,7 +15,7 @@ import os
 
 from verl import DataProto
 
-from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.rollout.gec import gec_step_metrics
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
@@ -65,8 +65,31 @@ class EntropyAdvantageMixin:
         data, metrics = compute_extension_advantage(
             data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history
         )
+        metrics.update(self._history_metrics())
         self._ext_metrics = metrics
         return data
+
+    def _history_metrics(self) -> dict[str, float]:
+        """Batches folded into each GEPO scope so far (one per trained batch, so it shows the history is exact)."""
+        history = getattr(self, "_entropy_history", None)
+        if history is None:
+            return {}
+        return {("gepo" if scope == GLOBAL_SCOPE else f"gepo/{scope}") + "/history_updates":
+                float(history.num_updates(scope)) for scope in history.scopes()}
+
+    def _ext_install_entropy_grad_loss(self) -> None:
+        """edge_grpo.entropy_grad: make verl compute the entropy with gradients in the actor update and give the
+        actor the loss that divides by it (``eda_loss.py``); called once the actor worker group exists."""
+        if not (self._ext_active() and self.ext_config.edge_grpo.entropy_grad):
+            return
+        from omegaconf import open_dict
+
+        from verl_ext.trainer.eda_loss import entropy_grad_loss
+
+        with open_dict(self.config):
+            self.config.actor_rollout_ref.actor.calculate_entropy = True  # read by verl at every actor update
+        self.actor_rollout_wg.set_loss_fn(entropy_grad_loss(self.config))
+        print("[verl_ext] edge_grpo.entropy_grad=true: the actor loss back-propagates through H_i(θ)")
 
     def _ext_take_metrics(self) -> dict[str, float]:
         metrics, self._ext_metrics = getattr(self, "_ext_metrics", None) or {}, None

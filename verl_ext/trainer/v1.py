@@ -2,45 +2,79 @@
 
 ``_compute_advantage`` fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy`` and
 ``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
-trainer_base (looked up at call time) through the shared function for verl_ext estimators; everything else in
-verl's step (KL-in-reward, rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
-``gec/...`` metrics are computed here too, for any estimator.
+trainer_base (looked up at call time) through the shared function for verl_ext estimators (any other estimator:
+verl's own function, and the step diagnostics from its output); everything else in verl's step (KL-in-reward,
+rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
+``gec/...`` metrics are computed here too, for any estimator.  With ``edge_grpo.entropy_grad`` the per-response
+fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
 """
 
 from __future__ import annotations
 
 import torch
 import transfer_queue as tq
+from tensordict import TensorDict
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
-from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator
+from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
+from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
+from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
 
 
 class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
+    def on_init_end(self):
+        self._ext_install_entropy_grad_loss()
+        return super().on_init_end()
+
+    def _update_actor(self, batch, metrics):
+        batch = super()._update_actor(batch, metrics)
+        summarize_entropy_grad_metrics(metrics)
+        return batch
+
     def _compute_advantage(self, batch, metrics):
         if self.ext_config.gec.enable:
             metrics.update(self._v1_gec_metrics(batch))
-        if not self._ext_active():
-            return super()._compute_advantage(batch, metrics)
-        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                select_fields=["entropy", "response_mask", "data_source"])
+        extension = self._ext_active()
+        # the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
+        # estimators, data_source: verl's own fetch leaves both out
+        fields = ["response_mask"]
+        if not _bypass_mode(self.config.algorithm):
+            fields.append("entropy")
+        if extension:
+            fields.append("data_source")
+        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         data_source = extra.pop("data_source", None)
-        entropy = extra.to_padded_tensor()["entropy"]
+        entropy = extra.to_padded_tensor().get("entropy", None)
+
+        loss_fields = {}
 
         def routed(data, batch_keys, adv_estimator, *args, **kwargs):
-            if not is_extension_estimator(adv_estimator):
-                return verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
+            if not is_extension_estimator(adv_estimator):  # verl's own computation; diagnostics from its output
+                data = verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
+                fitted = None if entropy is None else _fit_width(entropy, data.batch["response_mask"])
+                self._ext_metrics = verl_step_diagnostics(data, fitted)
+                return data
             data.batch[ENTROPY_KEY] = _fit_width(entropy, data.batch["response_mask"])
             if data_source is not None:
                 data.non_tensor_batch["data_source"] = as_object_array(data_source)
-            return self._ext_compute_advantage(data)
+            data = self._ext_compute_advantage(data)
+            loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY) if k in data.batch.keys()})
+            return data
 
         with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
             batch = super()._compute_advantage(batch, metrics)
+        if loss_fields:  # verl writes back only advantages/returns; the entropy_grad loss also reads these
+            batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                                    fields=TensorDict(loss_fields, batch_size=len(batch)))
         metrics.update(self._ext_take_metrics())
         return batch
+
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        # after verl averaged the step's mini-batch metrics (parameter_sync_step > 1): the history's exact count
+        metrics.update(self._history_metrics())
+        return super()._compute_metrics(batch, metrics, *args, **kwargs)
 
     def _v1_gec_metrics(self, batch) -> dict[str, float]:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
@@ -49,6 +83,11 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         uid = as_object_array(data.pop("uid"))
         scores = data.to_padded_tensor()["rm_scores"].sum(-1)
         return self._gec_metrics({"extra_fields": extra_fields}, uid, scores)
+
+
+def _bypass_mode(algorithm) -> bool:
+    rollout_corr = algorithm.get("rollout_correction", None)
+    return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
 
 
 def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,394 @@
+"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N]``: figures and a summary table of training runs.
+
+A RUN is a run folder (``outputs/<experiment>/<time>``), a multirun folder (every job in it becomes a run), or one
+JSONL file.  The metrics are what verl's ``file`` logger wrote (one ``{"step": N, "data": {metric: value}}`` per
+line; verl_ext's configs put it at ``<run folder>/metrics.jsonl``, and a run resumed into the same folder continues in
+``metrics.1.jsonl``, ...).  Every figure draws the runs side by side on shared axes (one colour per run) and is
+written as a PNG under OUT; a metric no run logged is skipped, and so is a figure left without panels.  The summary
+table (markdown, printed and written to ``OUT/summary.md``) holds the mean of the last N logged values of training
+metrics and the last value of validation metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+METRICS_FILE = re.compile(r"^metrics(?:\.(\d+))?\.jsonl$")  # metrics.jsonl, then metrics.1.jsonl, ... on resume
+
+
+# ---- reading -----------------------------------------------------------------------------------------------------
+@dataclass
+class RunMetrics:
+    """One run: ``steps[step][metric] = value`` (NaN where the logger wrote null/NaN)."""
+
+    label: str
+    source: Path
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+    bad_lines: int = 0  # unparseable lines (a run killed mid-write leaves a partial last line)
+
+    def keys(self) -> set[str]:
+        return {k for values in self.steps.values() for k in values}
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric, in step order, finite values only."""
+        points = [(s, v[key]) for s, v in sorted(self.steps.items()) if key in v and math.isfinite(v[key])]
+        return [s for s, _ in points], [v for _, v in points]
+
+
+def _as_float(value) -> float | None:
+    if value is None:  # orjson writes NaN/inf as null
+        return math.nan
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    return None  # strings, lists: not a scalar metric
+
+
+def _parse_record(line: str) -> tuple[int, dict] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+        return None
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        return None
+    return int(step), record["data"]
+
+
+def is_metrics_file(path: Path) -> bool:
+    """A verl file-logger JSONL: its first non-empty line is a {"step", "data"} record (other JSONL is skipped)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    return _parse_record(line) is not None
+    except (OSError, UnicodeDecodeError):
+        return False
+    return False
+
+
+def read_run(files: list[Path], label: str, source: Path) -> RunMetrics:
+    """Merge the segments of one run in order; a later segment's value for a step replaces an earlier one
+    (a resumed run logs again the steps after its checkpoint)."""
+    run = RunMetrics(label=label, source=source)
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                parsed = _parse_record(line)
+                if parsed is None:
+                    run.bad_lines += 1
+                    continue
+                step, data = parsed
+                values = {k: v for k, v in ((k, _as_float(v)) for k, v in data.items()) if v is not None}
+                run.steps.setdefault(step, {}).update(values)
+    return run
+
+
+def _segment_order(path: Path) -> int:
+    m = METRICS_FILE.match(path.name)
+    return int(m.group(1) or 0) if m else 0
+
+
+def find_runs(path: Path) -> list[tuple[Path, list[Path]]]:
+    """(run source, its JSONL files in order) for a file or every run under a folder.
+
+    In a folder, ``metrics*.jsonl`` files of one directory are one run (segments); any other file-logger JSONL
+    (verl's default ``<project>/<experiment>.jsonl``) is a run of its own.
+    """
+    if path.is_file():
+        return [(path, [path])] if is_metrics_file(path) else []
+    runs = []
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        root_path = Path(root)
+        candidates = [root_path / n for n in sorted(names) if n.endswith(".jsonl")]
+        candidates = [p for p in candidates if is_metrics_file(p)]
+        segments = sorted((p for p in candidates if METRICS_FILE.match(p.name)), key=_segment_order)
+        if segments:
+            runs.append((root_path, segments))
+        runs.extend((p, [p]) for p in candidates if not METRICS_FILE.match(p.name))
+    return runs
+
+
+def run_labels(sources: list[Path]) -> list[str]:
+    """The shortest path suffixes that tell the runs apart (two components at least for a single run)."""
+    if not sources:
+        return []
+    parts = [(s.with_suffix("") if s.is_file() else s).resolve().parts for s in sources]
+    for n in range(1, max((len(p) for p in parts), default=1) + 1):
+        labels = ["/".join(p[-n:]) for p in parts]
+        if len(set(labels)) == len(labels) and (len(labels) > 1 or n >= min(2, len(parts[0]))):
+            return labels
+    return ["/".join(p) for p in parts]
+
+
+def load_runs(paths: list[Path]) -> list[RunMetrics]:
+    found, seen = [], set()
+    for source, files in (item for p in paths for item in find_runs(p)):
+        if source.resolve() not in seen:  # a run named twice (or inside a folder also given) is drawn once
+            seen.add(source.resolve())
+            found.append((source, files))
+    labels = run_labels([source for source, _ in found])
+    return [read_run(files, label, source) for (source, files), label in zip(found, labels)]
+
+
+# ---- what to draw --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Panel:
+    """One axes: every metric whose key matches a pattern, for every run.  A pattern's named group ``panel``
+    (e.g. the data source) splits the matches into one panel each; group ``line`` names the line."""
+
+    title: str
+    patterns: tuple[str, ...]
+    ylabel: str = ""
+    std_suffix: tuple[str, str] | None = None  # (mean, std) key endings: draw mean ± std as a band
+    display: dict = field(default_factory=dict)  # line name -> legend text
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+
+
+FIGURES = (
+    Figure("training", "Training reward and accuracy", (
+        # the score of the trained responses: with a 0/1 reward and GEC off, the training accuracy
+        Panel("reward (mean score of the step's responses)", (r"critic/score/mean",), "reward"),
+        # with GEC on the score is post-correction: the policy's own accuracy is gec/acc_before
+        Panel("accuracy (policy's own responses, before GEC)", (r"gec/acc_before",), "accuracy"),
+    )),
+    Figure("validation", "Validation accuracy per data source", (
+        Panel("val {panel}", (r"val-core/(?P<panel>.+)/acc/(?P<line>mean@\d+)",), "accuracy"),
+        Panel("val {panel} (reward)", (r"val-core/(?P<panel>.+)/reward/(?P<line>mean@\d+)",), "reward"),
+    )),
+    Figure("step_diagnostics", "Response entropy, advantage variance, collapsed groups", (
+        Panel("response entropy (mean ± std over responses)", (r"verl_ext/response_entropy_(?P<line>mean)",),
+              "nats/token", std_suffix=("_mean", "_std")),
+        Panel("advantage variance (per response)", (r"verl_ext/adv_var",), "var"),
+        Panel("collapsed-group fraction (zero reward variance)", (r"verl_ext/collapsed_group_frac",), "fraction"),
+    )),
+    Figure("gepo", "GEPO: entropy thresholds, batch μ, attenuated fractions", (
+        Panel("group entropy {panel}", (r"gepo/(?:(?P<panel>.+)/)?(?P<line>H_low|H_high|H_mean)",), "H",
+              display={"H_mean": "batch μ", "H_low": "H_low (EMA)", "H_high": "H_high (EMA)"}),
+        Panel("attenuated {panel}", (r"gepo/(?:(?P<panel>.+)/)?(?P<line>frac_pos_attenuated|frac_neg_attenuated)",),
+              "share of positive / negative advantages",
+              display={"frac_pos_attenuated": "positives × α_low", "frac_neg_attenuated": "negatives × α_high"}),
+    )),
+    Figure("gec", "Guided Error Correction", (
+        Panel("branches per step", (r"gec/count/(?P<line>.+)",), "responses"),
+        Panel("accuracy before / after correction", (r"gec/acc_(?P<line>before|after)",), "accuracy"),
+        Panel("groups", (r"gec/(?P<line>groups_collapsed_before|groups_collapsed_after|groups_rescued)",), "groups"),
+    )),
+)
+
+
+@dataclass
+class Line:
+    run: RunMetrics
+    key: str
+    name: str  # within the panel ("" when the panel has one metric)
+
+
+def resolve_panels(panel: Panel, runs: list[RunMetrics]) -> list[tuple[str, list[Line]]]:
+    """The concrete panels (title, lines) one Panel spec yields for these runs; empty when nothing matches."""
+    patterns = [re.compile(p + "$") for p in panel.patterns]
+    by_panel: dict[str, list[Line]] = {}
+    for run in runs:
+        for key in sorted(run.keys()):
+            if panel.std_suffix and key.endswith(panel.std_suffix[1]):
+                continue  # drawn as the band of its mean
+            for pattern in patterns:
+                m = pattern.match(key)
+                if m and run.series(key)[0]:
+                    groups = m.groupdict()
+                    by_panel.setdefault(groups.get("panel") or "", []).append(Line(run, key, groups.get("line") or ""))
+                    break
+    resolved = []
+    for name in sorted(by_panel):
+        title = panel.title.format(panel=name or "(all)") if "{panel}" in panel.title else panel.title
+        resolved.append((title, by_panel[name]))
+    return resolved
+
+
+@dataclass
+class Axes:
+    spec: Panel
+    title: str
+    lines: list[Line]
+    per_run: bool  # one run's several metrics (coloured by metric) rather than several runs (coloured by run)
+
+
+def layout(figure: Figure, runs: list[RunMetrics]) -> list[list[Axes]]:
+    """Rows of axes.  A panel of one metric per run overlays the runs; a panel of several metrics per run (GEPO's
+    thresholds, GEC's branches) gets one axes per run, side by side in a row with a shared y range."""
+    rows = []
+    for spec in figure.panels:
+        for title, lines in resolve_panels(spec, runs):
+            if len({line.name for line in lines}) <= 1:
+                rows.append([Axes(spec, title, lines, per_run=False)])
+                continue
+            rows.append([Axes(spec, f"{title}: {run.label}", [ln for ln in lines if ln.run is run], per_run=True)
+                         for run in runs if any(ln.run is run for ln in lines)])
+    return rows
+
+
+def draw_figure(figure: Figure, runs: list[RunMetrics], out_dir: Path) -> Path | None:
+    """Write ``out_dir/<figure.name>.png``; None (nothing written) when no run logged any of its metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    rows = layout(figure, runs)
+    if not rows:
+        return None
+    width = max(len(row) for row in rows)
+    if width == 1:  # nothing side by side: flow the panels over up to three columns
+        flat = [row[0] for row in rows]
+        width = min(3, len(flat))
+        rows = [flat[i: i + width] for i in range(0, len(flat), width)]
+    fig, grid = plt.subplots(len(rows), width, figsize=(5.2 * width, 3.6 * len(rows)), squeeze=False)
+    run_colour = {run.label: f"C{i % 10}" for i, run in enumerate(runs)}
+    styles = ["-", "--", ":", "-."]
+    for row, axes_row in zip(rows, grid):
+        shared = None
+        if len(row) > 1 and row[0].per_run and all(item.spec is row[0].spec for item in row):  # same quantities
+            values = [v for item in row for line in item.lines for v in line.run.series(line.key)[1]]
+            if values:
+                pad = 0.05 * (max(values) - min(values) or 1.0)
+                shared = (min(values) - pad, max(values) + pad)
+        for item, ax in zip(row, axes_row):
+            names = sorted({line.name for line in item.lines})
+            for line in item.lines:
+                steps, values = line.run.series(line.key)
+                display = item.spec.display.get(line.name, line.name)
+                if item.per_run:
+                    colour, style, label = f"C{names.index(line.name) % 10}", "-", display
+                else:
+                    colour, style = run_colour[line.run.label], styles[names.index(line.name) % len(styles)]
+                    label = line.run.label + (f" · {display}" if display else "")
+                marker = "o" if len(steps) <= 20 else None
+                ax.plot(steps, values, style, color=colour, label=label, marker=marker, markersize=3)
+                if item.spec.std_suffix:
+                    _draw_std_band(ax, line, item.spec.std_suffix, steps, values, colour)
+            if shared:
+                ax.set_ylim(*shared)
+            ax.set_title(item.title, fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel(item.spec.ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in axes_row[len(row):]:
+            ax.set_visible(False)
+    fig.suptitle(figure.title)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{figure.name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_std_band(ax, line: Line, suffixes: tuple[str, str], steps, values, colour) -> None:
+    std_steps, stds = line.run.series(line.key[: -len(suffixes[0])] + suffixes[1])
+    std_of = dict(zip(std_steps, stds))
+    band = [(s, v, std_of[s]) for s, v in zip(steps, values) if s in std_of]
+    if band:
+        ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band], [b[1] + b[2] for b in band],
+                        color=colour, alpha=0.15, linewidth=0)
+
+
+# ---- summary table -------------------------------------------------------------------------------------------------
+SUMMARY_COLUMNS = (  # (header, metric pattern); a column no run has is left out; val-* columns: last value
+    ("reward", r"critic/score/mean"),
+    ("acc (before GEC)", r"gec/acc_before"),
+    ("val {panel}", r"val-core/(?P<panel>.+)/acc/mean@\d+"),
+    ("H resp", r"verl_ext/response_entropy_mean"),
+    ("adv var", r"verl_ext/adv_var"),
+    ("collapsed", r"verl_ext/collapsed_group_frac"),
+    ("GEPO pos att.", r"gepo/frac_pos_attenuated"),
+    ("GEPO neg att.", r"gepo/frac_neg_attenuated"),
+    ("GEC acc after", r"gec/acc_after"),
+)
+
+
+def summary_value(run: RunMetrics, key: str, last: int) -> float | None:
+    _, values = run.series(key)
+    if not values:
+        return None
+    if key.startswith("val-"):
+        return values[-1]  # logged every test_freq steps: the latest evaluation
+    tail = values[-last:]
+    return sum(tail) / len(tail)
+
+
+def summary_table(runs: list[RunMetrics], last: int = 10) -> str:
+    columns: list[tuple[str, dict[str, str]]] = []  # header -> {run label: metric key}
+    for header, pattern in SUMMARY_COLUMNS:
+        compiled = re.compile(pattern + "$")
+        found: dict[str, dict[str, str]] = {}
+        for run in runs:
+            for key in sorted(run.keys()):
+                m = compiled.match(key)
+                if m and run.series(key)[0]:
+                    name = header.format(panel=m.groupdict().get("panel") or "")
+                    found.setdefault(name, {}).setdefault(run.label, key)
+        columns.extend(sorted(found.items()))
+    head = ["run", "steps"] + [name for name, _ in columns]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        cells = [run.label, str(max(run.steps)) if run.steps else "0"]
+        for _, keys in columns:
+            value = summary_value(run, keys[run.label], last) if run.label in keys else None
+            cells.append("—" if value is None else f"{value:.4g}")
+        rows.append("| " + " | ".join(cells) + " |")
+    note = f"Training columns: mean of the last {last} logged steps; val columns: the last evaluation."
+    return "\n".join(rows) + "\n\n" + note + "\n"
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folder, multirun folder or JSONL")
+    parser.add_argument("-o", "--out", type=Path, default=None,
+                        help="output folder (default: RUN/report for a single folder, else ./report)")
+    parser.add_argument("--last", type=int, default=10, help="steps averaged in the summary table (default 10)")
+    args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error(f"--last must be >= 1, got {args.last}")
+    missing = [str(p) for p in args.runs if not p.exists()]
+    if missing:
+        parser.error(f"not found: {', '.join(missing)}")
+    runs = load_runs(args.runs)
+    if not runs:
+        parser.error("no verl file-logger JSONL (metrics.jsonl) under " + ", ".join(map(str, args.runs))
+                     + "; log with trainer.logger including 'file'")
+    out = args.out or (args.runs[0] / "report" if len(args.runs) == 1 and args.runs[0].is_dir() else Path("report"))
+    for run in runs:
+        note = f", {run.bad_lines} unreadable line(s) skipped" if run.bad_lines else ""
+        print(f"run {run.label}: {len(run.steps)} logged steps from {run.source}{note}")
+    for figure in FIGURES:
+        path = draw_figure(figure, runs, out)
+        print(f"wrote {path}" if path else f"skipped {figure.name}.png: no run logged its metrics")
+    table = summary_table(runs, args.last)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(table)
+    print()
+    print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
