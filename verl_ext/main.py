@@ -75,6 +75,27 @@ def select_platform(config: DictConfig) -> None:
         ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
 
 
+def _command_line_keys() -> list[str]:
+    """The keys the user set on the command line (Hydra's task overrides); empty outside a Hydra main."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return [o.split("=", 1)[0] for o in HydraConfig.get().overrides.task]
+    except Exception:  # not running under hydra.main (e.g. run() called from code)
+        return []
+
+
+def apply_platform_defaults(config: DictConfig) -> None:
+    """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``); values the user
+    typed on the command line are kept, or refused if they cannot work there."""
+    if is_cpu_support_active():
+        from verl_ext.cpu.vllm_cpu import apply_cpu_vllm_rollout_defaults
+
+        changed = apply_cpu_vllm_rollout_defaults(config, _command_line_keys())
+        if changed:
+            print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))
+
+
 def prepare(config: DictConfig) -> None:
     """Everything before training, in place: platform, resolution, verl_ext's and verl's start-up checks.
 
@@ -87,6 +108,7 @@ def prepare(config: DictConfig) -> None:
     from verl.utils.device import auto_set_device
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
+    apply_platform_defaults(config)  # before the checks, so they see what will run
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/config.py), before verl's own
     validate_entropy_grad(config)
     auto_set_device(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -55,8 +56,17 @@ def run_main(tmp_path):
         env.pop("VERL_PLATFORM", None)
         args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console]",
                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
-        proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
-        run = Run(proc)
+        # own process group (Ray's driver also leads one), so a run that hangs is killed with all it started
+        popen = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
+        try:
+            stdout, stderr = popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(popen.pid, signal.SIGKILL)
+            stdout, stderr = popen.communicate()
+            run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr))
+            pytest.fail(f"{' '.join(args)} did not finish in {timeout} s (killed):\n{run.tail()}")
+        run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr))
         assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
         return run
 

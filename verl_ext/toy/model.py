@@ -7,12 +7,14 @@ import time
 
 import torch
 
+# Head size 32 (2 query heads, 1 KV head): vLLM's CPU attention supports head sizes 32, 64, 80, ... but not 16, so
+# the same model serves the `hf` and the `vllm` rollout backends (same parameter count as 4 heads / 2 KV heads of 16).
 MODEL_KW = dict(
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
     max_position_embeddings=128,
     tie_word_embeddings=True,
     rms_norm_eps=1e-6,
