@@ -1,4 +1,4 @@
-"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N]``: figures and a summary table of training runs.
+"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method]``: figures and a summary table of runs.
 
 A RUN is a run folder (``outputs/<experiment>/<time>``), a multirun folder (every job in it becomes a run), or one
 JSONL file.  The metrics are what verl's ``file`` logger wrote (one ``{"step": N, "data": {metric: value}}`` per
@@ -6,7 +6,9 @@ line; verl_ext's configs put it at ``<run folder>/metrics.jsonl``, and a run res
 ``metrics.1.jsonl``, ...).  Every figure draws the runs side by side on shared axes (one colour per run) and is
 written as a PNG under OUT; a metric no run logged is skipped, and so is a figure left without panels.  The summary
 table (markdown, printed and written to ``OUT/summary.md``) holds the mean of the last N logged values of training
-metrics and the last value of validation metrics.
+metrics and the last value of validation metrics.  ``--by-method`` adds a second table with one row per method:
+runs whose labels differ only in a ``_seed<N>`` suffix (``examples/toy/compare.sh``'s ``toy_<method>_seed<N>``) are
+one method, shown as the mean over its seeds with the seeds' range.
 """
 
 from __future__ import annotations
@@ -178,6 +180,8 @@ FIGURES = (
               "nats/token", std_suffix=("_mean", "_std")),
         Panel("advantage variance (per response)", (r"verl_ext/adv_var",), "var"),
         Panel("collapsed-group fraction (zero reward variance)", (r"verl_ext/collapsed_group_frac",), "fraction"),
+        Panel("all-wrong groups before correction {panel}", (r"verl_ext/(?P<panel>.+)/groups_all_wrong_frac",),
+              "fraction of groups"),
     )),
     Figure("gepo", "GEPO: entropy thresholds, batch μ, attenuated fractions", (
         Panel("group entropy {panel}", (r"gepo/(?:(?P<panel>.+)/)?(?P<line>H_low|H_high|H_mean)",), "H",
@@ -318,6 +322,7 @@ SUMMARY_COLUMNS = (  # (header, metric pattern); a column no run has is left out
     ("H resp", r"verl_ext/response_entropy_mean"),
     ("adv var", r"verl_ext/adv_var"),
     ("collapsed", r"verl_ext/collapsed_group_frac"),
+    ("all-wrong {panel}", r"verl_ext/(?P<panel>.+)/groups_all_wrong_frac"),
     ("GEPO pos att.", r"gepo/frac_pos_attenuated"),
     ("GEPO neg att.", r"gepo/frac_neg_attenuated"),
     ("GEC acc after", r"gec/acc_after"),
@@ -334,8 +339,17 @@ def summary_value(run: RunMetrics, key: str, last: int) -> float | None:
     return sum(tail) / len(tail)
 
 
-def summary_table(runs: list[RunMetrics], last: int = 10) -> str:
-    columns: list[tuple[str, dict[str, str]]] = []  # header -> {run label: metric key}
+SEED_SUFFIX = re.compile(r"_seed\d+$")
+
+
+def method_of(label: str) -> str:
+    """A run label without its seed: ``.../toy_grpo_seed2`` -> ``toy_grpo``."""
+    return SEED_SUFFIX.sub("", label.rsplit("/", 1)[-1])
+
+
+def summary_columns(runs: list[RunMetrics]) -> list[tuple[str, dict[str, str]]]:
+    """(header, {run label: metric key}) for every summary column some run logged."""
+    columns: list[tuple[str, dict[str, str]]] = []
     for header, pattern in SUMMARY_COLUMNS:
         compiled = re.compile(pattern + "$")
         found: dict[str, dict[str, str]] = {}
@@ -346,6 +360,36 @@ def summary_table(runs: list[RunMetrics], last: int = 10) -> str:
                     name = header.format(panel=m.groupdict().get("panel") or "")
                     found.setdefault(name, {}).setdefault(run.label, key)
         columns.extend(sorted(found.items()))
+    return columns
+
+
+def by_method_table(runs: list[RunMetrics], last: int = 10) -> str:
+    """One row per method (runs grouped by :func:`method_of`): mean over seeds, the seeds' min-max in brackets."""
+    columns = summary_columns(runs)
+    methods: dict[str, list[RunMetrics]] = {}
+    for run in runs:
+        methods.setdefault(method_of(run.label), []).append(run)
+    head = ["method", "seeds"] + [name for name, _ in columns]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, group in methods.items():
+        cells = [method, str(len(group))]
+        for _, keys in columns:
+            values = [summary_value(r, keys[r.label], last) for r in group if r.label in keys]
+            values = [v for v in values if v is not None]
+            if not values:
+                cells.append("—")
+            elif len(values) == 1:
+                cells.append(f"{values[0]:.3f}")
+            else:
+                cells.append(f"{sum(values) / len(values):.3f} [{min(values):.3f}–{max(values):.3f}]")
+        rows.append("| " + " | ".join(cells) + " |")
+    note = (f"Mean over each method's seeds [min–max]. Training columns: mean of the last {last} logged steps; "
+            "val columns: the last evaluation.")
+    return "\n".join(rows) + "\n\n" + note + "\n"
+
+
+def summary_table(runs: list[RunMetrics], last: int = 10) -> str:
+    columns = summary_columns(runs)
     head = ["run", "steps"] + [name for name, _ in columns]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
@@ -365,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="output folder (default: RUN/report for a single folder, else ./report)")
     parser.add_argument("--last", type=int, default=10, help="steps averaged in the summary table (default 10)")
+    parser.add_argument("--by-method", action="store_true",
+                        help="also a table with one row per method (runs named <method>_seed<N>), mean over seeds")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
@@ -383,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         path = draw_figure(figure, runs, out)
         print(f"wrote {path}" if path else f"skipped {figure.name}.png: no run logged its metrics")
     table = summary_table(runs, args.last)
+    if args.by_method:
+        table += "\n" + by_method_table(runs, args.last)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(table)
     print()

@@ -2,7 +2,7 @@
 # One run on the embedded CPU task (hydra_configs/toy_cpu.yaml: the tiny model learns "a+b=?" on verl's real
 # pipeline, ~9 minutes on 2 cores for 150 steps; model, tokenizer and data are built once and cached, see README).
 #   METHOD  grpo | force_r | force_r_eda | edge_grpo (default) | eda | gepo | gepo_per_source (examples/common.sh)
-#   STEPS   training steps, default 150 (validation every 50, checkpoints every 75: the toy config's)
+#   STEPS   training steps, default 150 (validation every 75, checkpoints every 75: the toy config's)
 #   + common.sh's: DRY_RUN, PYTHON, SEED, OUTPUT_ROOT, RUN_DIR, WANDB_API_KEY. Extra arguments are Hydra overrides
 #   and go last, e.g. trainer.use_v1=true. No GPU: trainer.device=cpu (the toy config's) runs verl on CPU.
 set -euo pipefail

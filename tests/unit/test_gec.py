@@ -677,3 +677,42 @@ def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
     assert data.batch["rollout_log_probs"].shape == data.batch["responses"].shape
     m = gec_step_metrics(data.non_tensor_batch, ["g", "g"], [1.0, 1.0])
     assert m["gec/acc_before"] == 0.5 and m["gec/count/reflect"] == 1 and m["gec/groups_rescued"] == 0
+
+
+def test_all_wrong_groups_before_correction_per_data_source():
+    """GEC rows: the recorded first-response outcome decides (a rescued group still counts as all wrong)."""
+    from verl_ext.rollout.gec import all_wrong_group_metrics
+
+    uid, final, rows = _hand_batch()  # a: all wrong (rescued), b: mixed, c: all wrong
+    sources = ["two", "two", "one", "one", "two", "two"]
+    extra = np.empty(len(rows), dtype=object)
+    extra[:] = rows
+    m = all_wrong_group_metrics({"extra_fields": extra}, uid, final, sources)
+    assert m == {"verl_ext/groups_all_wrong_frac": pytest.approx(2 / 3), "verl_ext/two/groups_all_wrong_frac": 1.0,
+                 "verl_ext/one/groups_all_wrong_frac": 0.0}
+    # GEC off (no gec_* fields): the final reward's acc, else score >= threshold, decides
+    ntb = {"score": final, "acc": np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0])}
+    m = all_wrong_group_metrics(ntb, uid, final, sources)
+    assert m["verl_ext/two/groups_all_wrong_frac"] == 1.0 and m["verl_ext/one/groups_all_wrong_frac"] == 0.0
+    m = all_wrong_group_metrics({}, uid, final, None)
+    assert m == {"verl_ext/groups_all_wrong_frac": pytest.approx(1 / 3)}  # only c has no final score of 1
+    with pytest.raises(ValueError, match="uids"):
+        all_wrong_group_metrics({}, uid[:2], final, None)
+
+
+def test_row_sampling_params_override_per_row(tok, reward_path, verl_loop):
+    """A row's extra_info.sampling_params replaces the trainer's for that row only (e.g. a greedy validation copy),
+    with GEC off and in validation; unknown keys are an error."""
+    from verl_ext.rollout.gec_agent_loop import row_sampling_params
+
+    assert row_sampling_params(TRAIN_SP, {"index": 0}) is TRAIN_SP
+    assert row_sampling_params(TRAIN_SP, {"sampling_params": None}) is TRAIN_SP
+    assert row_sampling_params(TRAIN_SP, {"sampling_params": {"temperature": 0.0, "top_k": None}}) == {
+        **TRAIN_SP, "temperature": 0.0}
+    with pytest.raises(ValueError, match="temprature"):
+        row_sampling_params(TRAIN_SP, {"sampling_params": {"temprature": 0.0}})
+    server = FakeServer(tok)
+    row = sample()
+    row["extra_info"]["sampling_params"] = {"temperature": 0.0}
+    run_loop(tok, make_config(reward_path, enable=False), server, sampling_params=VAL_SP, **row)
+    assert server.calls[0]["sampling_params"]["temperature"] == 0.0

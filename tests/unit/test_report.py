@@ -121,3 +121,26 @@ def test_a_jsonl_file_is_a_run_and_nothing_found_is_a_clear_error(tmp_path, caps
     with pytest.raises(SystemExit):
         main([str(tmp_path / "empty")])
     assert "no verl file-logger JSONL" in capsys.readouterr().err
+
+
+def test_by_method_rows_average_seeds_and_all_wrong_groups_are_a_column(tmp_path, capsys):
+    def run(method, seed, acc, all_wrong):
+        steps = [(s, {**training_step(s, 0.5)[1], "verl_ext/toy_add2/groups_all_wrong_frac": all_wrong})
+                 for s in range(1, 4)]
+        write_jsonl(tmp_path / f"toy/toy_{method}_seed{seed}/metrics.jsonl", steps + [validation(3, acc)])
+
+    run("grpo", 1, 0.4, 1.0)
+    run("grpo", 2, 0.6, 0.8)
+    run("edge_grpo", 1, 0.3, 0.2)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "toy"), "-o", str(out), "--by-method", "--last", "2"]) == 0
+    table = (out / "summary.md").read_text()
+    by_method = table[table.index("| method"):].splitlines()
+    cols = [c.strip() for c in by_method[0].strip("|").split("|")]
+    rows = {r["method"]: r for r in (dict(zip(cols, (c.strip() for c in line.strip("|").split("|"))))
+                                     for line in by_method[2:4])}
+    assert set(rows) == {"toy_grpo", "toy_edge_grpo"}
+    assert rows["toy_grpo"]["seeds"] == "2" and rows["toy_edge_grpo"]["seeds"] == "1"
+    assert rows["toy_grpo"]["val toy_add"] == "0.500 [0.400–0.600]"  # mean over seeds [min–max]
+    assert rows["toy_grpo"]["all-wrong toy_add2"] == "0.900 [0.800–1.000]"
+    assert rows["toy_edge_grpo"]["all-wrong toy_add2"] == "0.200"

@@ -120,6 +120,10 @@ def _rows(path):
     return pd.read_parquet(path).to_dict("records")
 
 
+def _operands(row) -> tuple[int, ...]:
+    return tuple(int(x) for x in list(row["prompt"])[0]["content"].removesuffix("=?").split("+"))
+
+
 def test_parquet_schema(assets, reward):
     for path, split in ((assets.train_parquet, "train"), (assets.val_parquet, "test")):
         rows = _rows(path)
@@ -128,29 +132,34 @@ def test_parquet_schema(assets, reward):
             assert set(r) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
             prompt = list(r["prompt"])
             assert len(prompt) == 1 and prompt[0]["role"] == "user"
-            a, b = (int(x) for x in prompt[0]["content"].removesuffix("=?").split("+"))
+            ops = _operands(r)
+            assert len(ops) in (2, 3) and all(0 <= x <= 9 for x in ops)
             gt = r["reward_model"]["ground_truth"]
-            assert r["reward_model"]["style"] == "rule" and gt == str(a + b)
+            assert r["reward_model"]["style"] == "rule" and gt == str(sum(ops))
             assert r["ability"] == "arith"
-            assert r["data_source"] == ("toy_add" if a + b <= 9 else "toy_add2")
             ei = r["extra_info"]
+            greedy = r["data_source"].endswith("@greedy")
+            assert r["data_source"].removesuffix("@greedy") == ("toy_add" if sum(ops) <= 9 else "toy_add2")
+            assert greedy == (ei.get("sampling_params") is not None)
+            if greedy:  # the papers' evaluation: n=1, greedy (read by the gec_agent loop, row_sampling_params)
+                assert split == "test" and ei["sampling_params"]["temperature"] == 0.0
             assert ei["split"] == split and ei["index"] == i and ei["solution"] == gt
             assert reward(r["data_source"], gt, gt, extra_info=ei)["acc"] == 1.0
 
 
 def test_split_held_out_and_mix(assets):
-    def pairs(path):
-        return {tuple(int(x) for x in list(r["prompt"])[0]["content"][:-2].split("+")) for r in _rows(path)}
-
-    train, val = pairs(assets.train_parquet), pairs(assets.val_parquet)
+    train_rows, val_rows = _rows(assets.train_parquet), _rows(assets.val_parquet)
+    train, val = {_operands(r) for r in train_rows}, {_operands(r) for r in val_rows}
     assert not train & val
-    one_val = [p for p in val if sum(p) <= 9]
-    assert one_val, "some one-digit pairs must be held out"
-    tr = _rows(assets.train_parquet)
-    frac_two = sum(r["data_source"] == "toy_add2" for r in tr) / len(tr)
+    # at least 100 held-out prompts per data source, each sampled VAL_SAMPLES times and once greedy
+    for source in ("toy_add", "toy_add2"):
+        sampled = [_operands(r) for r in val_rows if r["data_source"] == source]
+        greedy = [_operands(r) for r in val_rows if r["data_source"] == source + "@greedy"]
+        assert len(set(greedy)) == len(greedy) >= 100
+        assert sorted(sampled) == sorted(greedy * toy_task.VAL_SAMPLES)
+    frac_two = sum(r["data_source"] == "toy_add2" for r in train_rows) / len(train_rows)
     assert 0.25 <= frac_two <= 0.35
-    ds = {r["data_source"] for r in _rows(assets.val_parquet)}
-    assert ds == {"toy_add", "toy_add2"}
+    assert {len(ops) for ops in train} == {2, 3}  # two and three operands in training
     assert toy_task.make_rows() == toy_task.make_rows()  # deterministic
 
 

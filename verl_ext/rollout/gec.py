@@ -448,3 +448,36 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     m["gec/groups_collapsed_before"] = float(collapsed_before)
     m["gec/groups_collapsed_after"] = float(collapsed_after)
     return m
+
+
+def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_source=None,
+                            correct_threshold: float = 1.0) -> dict[str, float]:
+    """Share of groups whose responses are all wrong *before* any correction, overall and per data source.
+
+    The policy's own outcome: ``gec_correct_before`` on GEC rows, else the final reward's ``acc`` (or
+    score >= ``correct_threshold``), so the figure means the same with GEC on and off -- the groups GRPO gets no
+    signal from and GEC is meant to rescue. Keys ``verl_ext/groups_all_wrong_frac`` and
+    ``verl_ext/<data_source>/groups_all_wrong_frac``.
+    """
+    uid = np.asarray(list(uid), dtype=object)
+    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    n = len(scores)
+    if len(uid) != n:
+        raise ValueError(f"all_wrong_group_metrics: {len(uid)} uids for {n} final scores")
+    final = _final_acc(non_tensor_batch, n)
+    correct = [a if a is not None else bool(s >= float(correct_threshold)) for a, s in zip(final, scores)]
+    cols = _gec_columns(non_tensor_batch, n)
+    if cols is not None:  # GEC rows: the recorded first-response outcome
+        correct = [bool(c) if c is not None else f for c, f in zip(cols[KEY_CORRECT_BEFORE], correct)]
+    sources = [None] * n if data_source is None else [str(s) for s in data_source]
+    groups: dict[Any, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(uid[i], []).append(i)
+    all_wrong: dict[Optional[str], list[bool]] = {}
+    for idx in groups.values():
+        wrong = not any(correct[i] for i in idx)
+        all_wrong.setdefault(None, []).append(wrong)
+        if sources[idx[0]] is not None:
+            all_wrong.setdefault(sources[idx[0]], []).append(wrong)
+    return {("verl_ext" if s is None else f"verl_ext/{s}") + "/groups_all_wrong_frac": float(np.mean(v))
+            for s, v in all_wrong.items()}

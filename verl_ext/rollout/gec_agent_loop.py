@@ -24,6 +24,10 @@ the first pass, as in the original), so only the rollout-vs-actor diagnostics (a
 weights, or ``bypass_mode``, which would treat them as probability-1 tokens: refused at start-up by
 ``verl_ext.config.validate_run_config``) see them; with ``mask_injected`` they are out of the loss anyway.
 
+A row may carry its own sampling settings in ``extra_info["sampling_params"]`` (keys ``ROW_SAMPLING_KEYS``, e.g.
+``{"temperature": 0}`` for a greedy copy of a validation prompt next to the sampled one); they replace the
+trainer's for that row only (:func:`row_sampling_params`), with GEC on or off.
+
 Validation rollouts are recognised from the caller: verl's ``AgentLoopWorker._run_agent_loop`` (shared by the
 v1 ``AgentLoopWorkerTQ``) holds ``trajectory["validate"]`` but does not pass it to ``run``; see
 :func:`detect_validate`.
@@ -229,6 +233,24 @@ class _Plan:
     first_budget: int  # gec.first_generation_budget
 
 
+ROW_SAMPLING_KEYS = ("temperature", "top_p", "top_k")
+
+
+def row_sampling_params(sampling_params: dict, extra_info) -> dict:
+    """``sampling_params`` with the row's own ``extra_info["sampling_params"]`` applied (unset entries are kept).
+
+    Unknown keys are an error (a typo would otherwise sample at the trainer's settings and read as a result)."""
+    row = extra_info.get("sampling_params") if isinstance(extra_info, dict) else None
+    if not row:
+        return sampling_params
+    unknown = sorted(set(row) - set(ROW_SAMPLING_KEYS))
+    if unknown:
+        raise ValueError(f"extra_info.sampling_params: unknown key(s) {unknown}; allowed: {list(ROW_SAMPLING_KEYS)}")
+    params = dict(sampling_params)
+    params.update({k: v for k, v in row.items() if v is not None})
+    return params
+
+
 def _with_max_tokens(sampling_params: dict, cap: int) -> dict:
     """The sampling params with ``max_tokens`` at most ``cap`` (vLLM, SGLang and the hf backend all honour it)."""
     params = dict(sampling_params)
@@ -307,7 +329,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        if not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config):
+        plain = not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config)
+        sampling_params = row_sampling_params(sampling_params, kwargs.get("extra_info"))
+        if plain:
             return await super().run(sampling_params, **kwargs)
         plan = self._plan(kwargs)
         first_params = _with_max_tokens(sampling_params, plan.first_budget)

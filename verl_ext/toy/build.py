@@ -14,7 +14,7 @@ from pathlib import Path
 from . import model as _model
 from . import task as _task
 
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"  # 2: two- and three-operand prompts, greedy validation rows
 SEED = 0
 REWARD_NAME = "compute_score"
 REWARD_PATH = str(Path(__file__).with_name("reward.py").resolve())
@@ -46,7 +46,8 @@ def _fingerprint() -> str:
         "seed": SEED,
         "model": _model.MODEL_KW,
         "sft": [_model.SFT_LR, _model.SFT_BATCH, _model.SFT_MAX_STEPS, _model.SFT_TARGET_ACC, _model.SFT_EVAL_EVERY],
-        "split": [_task.SPLIT_SEED, _task.VAL_FRAC_ONE_DIGIT, _task.N_TRAIN_TWO_DIGIT],
+        "split": [_task.SPLIT_SEED, _task.N_VAL_ONE_DIGIT, _task.N_TRAIN_TWO_DIGIT, _task.N_VAL_TWO_DIGIT,
+                  _task.VAL_SAMPLES],
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
@@ -79,8 +80,8 @@ def _build_into(out: Path, verbose: bool) -> dict:
     model_dir.mkdir(parents=True)
     tok = save_tokenizer(model_dir)
 
-    sp = _task.split_pairs()
-    ex = {k: [(_task.prompt_text(a, b), str(a + b)) for a, b in v] for k, v in sp.items()}
+    sp = _task.split_prompts()
+    ex = {k: [(_task.prompt_text(*t), str(sum(t))) for t in v] for k, v in sp.items()}
 
     with torch.random.fork_rng(devices=[]):
         model = _model.create_model(tok, seed=SEED)
@@ -102,7 +103,7 @@ def _build_into(out: Path, verbose: bool) -> dict:
         "vocab_size": len(tok),
         "n_train": len(train_rows),
         "n_train_two_digit": n_two,
-        "n_val": len(val_rows),
+        "n_val": len(val_rows),  # each held-out prompt VAL_SAMPLES times sampled, once greedy
         "sft": sft,
         "eval": evals,
     }

@@ -1,12 +1,24 @@
-"""Synthetic addition task "a+b=?" (a, b single digits) as verl RL parquet rows.
+"""Synthetic addition task "a+b=?" and "a+b+c=?" (one-digit operands) as verl RL parquet rows.
 
-* ``toy_add``  -- a+b <= 9  (55 pairs), answer = one digit then EOS.
-* ``toy_add2`` -- a+b >= 10 (45 pairs), answer = two digits then EOS.  After the
+* ``toy_add``  -- sum <= 9  (55 pairs + 220 triples), answer = one digit then EOS.
+* ``toy_add2`` -- sum >= 10 (45 pairs + 780 triples), answer = two digits then EOS.  After the
   one-digit SFT warm-up these stay all-wrong under GRPO (advantage collapse).
 
-Split (fixed seed): 20% of the one-digit pairs are held out for validation; of
-the two-digit pairs, ``N_TRAIN_TWO_DIGIT`` go to training (~31% of the train
-mix) and the rest to validation. No pair appears in both splits.
+Three operands widen the task (the two-operand version had only 55 + 45 prompts, so 11 and 25 held out): each data
+source now has at least ``N_VAL_ONE_DIGIT`` = 100 held-out prompts, enough for a step-0 held-out figure that repeats
+across runs.
+
+Split (fixed seed): ``N_VAL_ONE_DIGIT`` one-digit prompts are held out for validation; of the two-digit prompts,
+``N_TRAIN_TWO_DIGIT`` go to training (~31% of the train mix, as before) and ``N_VAL_TWO_DIGIT`` to validation.
+No prompt appears in both splits.
+
+Validation reports two figures per data source side by side (verl's ``val_kwargs.n`` is 1 in the toy config):
+* sampled, ``val-core/toy_add/acc/mean@1``: each held-out prompt ``VAL_SAMPLES`` times, sampled at ``val_kwargs``
+  (the toy's T=1, the policy as trained); 800 samples per source keep the step-0 figure within about +-0.03;
+* greedy, ``val-core/toy_add@greedy/acc/mean@1``: each held-out prompt once with ``extra_info.sampling_params`` =
+  ``{"temperature": 0}`` (n = 1, greedy: the way the papers evaluate).
+verl's ``val_kwargs.n`` applies to every row, so repeating rows (rather than n = 8) keeps greedy rows from being
+generated eight times over.
 """
 
 from __future__ import annotations
@@ -15,59 +27,75 @@ import random
 
 DATA_SOURCE_ONE = "toy_add"
 DATA_SOURCE_TWO = "toy_add2"
+GREEDY_SUFFIX = "@greedy"
+GREEDY_SAMPLING = {"temperature": 0.0}
 ABILITY = "arith"
 SPLIT_SEED = 1234
-VAL_FRAC_ONE_DIGIT = 0.2
-N_TRAIN_TWO_DIGIT = 20
+N_VAL_ONE_DIGIT = 100
+N_TRAIN_TWO_DIGIT = 80
+N_VAL_TWO_DIGIT = 100
+VAL_SAMPLES = 8
+
+Operands = tuple[int, ...]
 
 
-def prompt_text(a: int, b: int) -> str:
-    return f"{a}+{b}=?"
+def prompt_text(*operands: int) -> str:
+    return "+".join(str(x) for x in operands) + "=?"
 
 
-def all_pairs() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    one = [(a, b) for a in range(10) for b in range(10) if a + b <= 9]
-    two = [(a, b) for a in range(10) for b in range(10) if a + b >= 10]
-    return one, two
+def all_prompts() -> tuple[list[Operands], list[Operands]]:
+    """(one-digit-sum operand tuples, two-digit-sum operand tuples): every pair and triple of digits."""
+    tuples = [(a, b) for a in range(10) for b in range(10)]
+    tuples += [(a, b, c) for a in range(10) for b in range(10) for c in range(10)]
+    return [t for t in tuples if sum(t) <= 9], [t for t in tuples if sum(t) >= 10]
 
 
-def split_pairs(seed: int = SPLIT_SEED) -> dict[str, list[tuple[int, int]]]:
-    """Return {"train_one", "val_one", "train_two", "val_two"} lists of (a, b)."""
+def all_pairs() -> tuple[list[Operands], list[Operands]]:
+    """The two-operand prompts only (one-digit sums, two-digit sums)."""
+    one, two = all_prompts()
+    return [t for t in one if len(t) == 2], [t for t in two if len(t) == 2]
+
+
+def split_prompts(seed: int = SPLIT_SEED) -> dict[str, list[Operands]]:
+    """Return {"train_one", "val_one", "train_two", "val_two"} lists of operand tuples."""
     rng = random.Random(seed)
-    one, two = all_pairs()
-    one = one[:]
-    two = two[:]
+    one, two = all_prompts()
     rng.shuffle(one)
     rng.shuffle(two)
-    n_val_one = round(len(one) * VAL_FRAC_ONE_DIGIT)
     return {
-        "train_one": sorted(one[n_val_one:]),
-        "val_one": sorted(one[:n_val_one]),
+        "train_one": sorted(one[N_VAL_ONE_DIGIT:]),
+        "val_one": sorted(one[:N_VAL_ONE_DIGIT]),
         "train_two": sorted(two[:N_TRAIN_TWO_DIGIT]),
-        "val_two": sorted(two[N_TRAIN_TWO_DIGIT:]),
+        "val_two": sorted(two[N_TRAIN_TWO_DIGIT:N_TRAIN_TWO_DIGIT + N_VAL_TWO_DIGIT]),
     }
 
 
-def make_row(a: int, b: int, split: str, index: int) -> dict:
-    answer = str(a + b)
+def make_row(operands: Operands, split: str, index: int, greedy: bool = False, sample: int = 0) -> dict:
+    answer = str(sum(operands))
+    source = DATA_SOURCE_ONE if sum(operands) <= 9 else DATA_SOURCE_TWO
+    extra = {"split": split, "index": index, "solution": answer, "operands": list(operands), "sample": sample}
+    if greedy:
+        source += GREEDY_SUFFIX
+        extra["sampling_params"] = dict(GREEDY_SAMPLING)
     return {
-        "data_source": DATA_SOURCE_ONE if a + b <= 9 else DATA_SOURCE_TWO,
-        "prompt": [{"role": "user", "content": prompt_text(a, b)}],
+        "data_source": source,
+        "prompt": [{"role": "user", "content": prompt_text(*operands)}],
         "ability": ABILITY,
         "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"split": split, "index": index, "solution": answer, "a": a, "b": b},
+        "extra_info": extra,
     }
 
 
 def make_rows(seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
-    """(train_rows, val_rows). Train rows are shuffled so one- and two-digit prompts mix."""
-    sp = split_pairs(seed)
-    train_pairs = sp["train_one"] + sp["train_two"]
-    random.Random(seed + 1).shuffle(train_pairs)
-    val_pairs = sp["val_one"] + sp["val_two"]
-    train = [make_row(a, b, "train", i) for i, (a, b) in enumerate(train_pairs)]
-    val = [make_row(a, b, "test", i) for i, (a, b) in enumerate(val_pairs)]
-    return train, val
+    """(train_rows, val_rows). Train rows are shuffled so one- and two-digit prompts mix; every held-out prompt
+    comes ``VAL_SAMPLES`` times sampled and once greedy."""
+    sp = split_prompts(seed)
+    train = sp["train_one"] + sp["train_two"]
+    random.Random(seed + 1).shuffle(train)
+    held_out = sp["val_one"] + sp["val_two"]
+    val = [(t, False, k) for k in range(VAL_SAMPLES) for t in held_out] + [(t, True, 0) for t in held_out]
+    val_rows = [make_row(t, "test", i, greedy=g, sample=k) for i, (t, g, k) in enumerate(val)]
+    return [make_row(t, "train", i) for i, t in enumerate(train)], val_rows
 
 
 def write_parquet(rows: list[dict], path: str) -> None:

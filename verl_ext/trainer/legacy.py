@@ -50,6 +50,8 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
         metrics = actor_output.meta_info["metrics"]
         summarize_entropy_grad_metrics(metrics)
         metrics.update(self._ext_take_metrics())
-        metrics.update(self._gec_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"],
-                                         batch.batch["token_level_scores"].sum(-1)))
+        final_scores = batch.batch["token_level_scores"].sum(-1)
+        metrics.update(self._gec_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"], final_scores))
+        metrics.update(self._outcome_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"], final_scores,
+                                             batch.non_tensor_batch.get("data_source")))
         return actor_output

@@ -17,7 +17,7 @@ from verl import DataProto
 
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
-from verl_ext.rollout.gec import gec_step_metrics
+from verl_ext.rollout.gec import all_wrong_group_metrics, gec_step_metrics
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,11 @@ class EntropyAdvantageMixin:
         if not gec.enable:
             return {}
         return gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
+
+    def _outcome_metrics(self, non_tensor_batch: dict, uid, final_scores, data_source) -> dict[str, float]:
+        """All-wrong groups of the step before correction, overall and per data source (any estimator, GEC or not)."""
+        return all_wrong_group_metrics(non_tensor_batch, uid, final_scores, data_source,
+                                       correct_threshold=self.ext_config.gec.correct_threshold)
 
     def _ext_compute_advantage(self, data: DataProto) -> DataProto:
         data, metrics = compute_extension_advantage(

@@ -34,8 +34,7 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         return batch
 
     def _compute_advantage(self, batch, metrics):
-        if self.ext_config.gec.enable:
-            metrics.update(self._v1_gec_metrics(batch))
+        metrics.update(self._v1_outcome_metrics(batch))
         extension = self._ext_active()
         # the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
         # estimators, data_source: verl's own fetch leaves both out
@@ -76,13 +75,17 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         metrics.update(self._history_metrics())
         return super()._compute_metrics(batch, metrics, *args, **kwargs)
 
-    def _v1_gec_metrics(self, batch) -> dict[str, float]:
+    def _v1_outcome_metrics(self, batch) -> dict[str, float]:
+        """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["uid", "rm_scores", "extra_fields", "response_mask"])
+                               select_fields=["uid", "rm_scores", "extra_fields", "response_mask", "data_source"])
         extra_fields = as_object_array(data.pop("extra_fields"))
         uid = as_object_array(data.pop("uid"))
+        data_source = as_object_array(data.pop("data_source"))
         scores = data.to_padded_tensor()["rm_scores"].sum(-1)
-        return self._gec_metrics({"extra_fields": extra_fields}, uid, scores)
+        non_tensor = {"extra_fields": extra_fields}
+        return {**self._gec_metrics(non_tensor, uid, scores),
+                **self._outcome_metrics(non_tensor, uid, scores, data_source)}
 
 
 def _bypass_mode(algorithm) -> bool:

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The side-by-side on the embedded CPU task: every METHOD x SEED with ./train.sh (same seeds for every method), then
+# one report over all of them (python -m verl_ext.report --by-method: a row per method, mean over seeds; PNGs).
+# ~9 minutes per run of 150 steps on 2 cores; JOBS=2 runs two seeds side by side (~1.5x the throughput there).
+#   METHODS  default "grpo edge_grpo eda gepo": GRPO (GEC off), EDGE-GRPO (EDA + GEC), EDA alone, GEPO
+#   SEEDS    default "1 2"
+#   JOBS     runs at a time, default 1 (one lane per seed: a lane runs its seed's methods one after another)
+#   LAST     training steps averaged in the report's table, default 20
+#   STEPS, DRY_RUN, PYTHON, OUTPUT_ROOT, WANDB_API_KEY: as ./train.sh. Extra arguments go to every run.
+# Runs land in $OUTPUT_ROOT/verl_ext_toy/toy_<method>_seed<seed>, the report in $OUTPUT_ROOT/verl_ext_toy/compare.
+# A failed run does not stop the others; the script exits non-zero at the end, naming them.
+set -euo pipefail
+here="$(dirname "${BASH_SOURCE[0]}")"
+source "$here/../common.sh"
+
+METHODS="${METHODS:-grpo edge_grpo eda gepo}"
+SEEDS="${SEEDS:-1 2}"
+JOBS="${JOBS:-1}"
+LAST="${LAST:-20}"
+[[ -z "${RUN_DIR:-}" ]] || vx_die "RUN_DIR is per run; set OUTPUT_ROOT for a comparison"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || vx_die "JOBS must be a positive integer, not '$JOBS'"
+for method in $METHODS; do vx_method "$method"; done  # an unknown method stops here, before any run
+
+failed_dir="$(mktemp -d)"
+trap 'rm -rf "$failed_dir"' EXIT
+lane() {  # one seed's methods, one after another
+    local seed="$1" method
+    shift
+    for method in $METHODS; do
+        echo "=== compare: METHOD=$method SEED=$seed" >&2
+        METHOD="$method" SEED="$seed" "$here/train.sh" "$@" || touch "$failed_dir/METHOD=$method SEED=$seed"
+    done
+}
+running=0
+for seed in $SEEDS; do
+    if ((JOBS > 1)); then
+        lane "$seed" "$@" &
+        running=$((running + 1))
+        if ((running >= JOBS)); then wait -n || true; running=$((running - 1)); fi
+    else
+        lane "$seed" "$@"
+    fi
+done
+wait
+
+vx_dry_run && exit 0
+runs=()
+for seed in $SEEDS; do
+    for method in $METHODS; do
+        d="$(vx_abspath "$OUTPUT_ROOT/verl_ext_toy/toy_${method}_seed${seed}")"
+        [[ -e "$d/metrics.jsonl" ]] && runs+=("$d")
+    done
+done
+((${#runs[@]})) || vx_die "no run wrote metrics"
+"$PYTHON" -m verl_ext.report "${runs[@]}" --by-method --last "$LAST" -o "$(vx_abspath "$OUTPUT_ROOT/verl_ext_toy/compare")"
+
+failed=("$failed_dir"/*)
+if [[ -e "${failed[0]}" ]]; then
+    echo "$(basename "$0"): ${#failed[@]} run(s) failed: $(for f in "${failed[@]}"; do printf '%s; ' "$(basename "$f")"; done)" >&2
+    exit 1
+fi
