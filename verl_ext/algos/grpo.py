@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from verl_ext.algos.groups import group_count, group_mean_std, group_sum
+from verl_ext.names import BASE_ADVANTAGES
 
-BASE_ADVANTAGES = ("grpo", "drgrpo", "rloo")
 
 
 def grpo_scalar_advantage(
