@@ -15,8 +15,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from verl_ext.names import (ADV_ESTIMATORS, BASE_ADVANTAGES, EMA_INITS, ENTROPY_ESTIMATORS, GEC_AGENT_NAME,
-                            THRESHOLD_SOURCES)
+from verl_ext.names import (
+    ADV_ESTIMATORS,
+    BASE_ADVANTAGES,
+    EMA_INITS,
+    ENTROPY_ESTIMATORS,
+    GEC_AGENT_NAME,
+    THRESHOLD_SOURCES,
+)
 
 
 class ConfigError(ValueError):
@@ -47,8 +53,8 @@ class EdgeGrpoConfig:
     """Entropy-Driven Advantage (EDGE-GRPO). Defaults reproduce the official code (no clamp)."""
 
     entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
-    factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
-    factor_max: Optional[float] = None
+    factor_min: float | None = None  # optional clamp of H̄_g/H_i; the official code's is commented out
+    factor_max: float | None = None
     # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
     entropy_grad: bool = False
 
@@ -134,7 +140,7 @@ class GecConfig:
     )
     correct_threshold: float = 1.0  # a response is wrong when its reward is below this
     max_continuation_tokens: int = 256
-    prompt_length_gate: Optional[int] = 256  # skip GEC for prompts with >= this many tokens (original); null: never
+    prompt_length_gate: int | None = 256  # skip GEC for prompts with >= this many tokens (original); null: never
     mask_injected: bool = False  # original: injected tokens are trained as policy tokens
     solution_key: str = "solution"  # where the reference solution sits: extra_info[solution_key]
     seed: int = 0

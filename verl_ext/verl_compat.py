@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 VERL_VERSION = "0.9.1"  # the verl release verl_ext is written and tested against
 
@@ -29,7 +30,7 @@ def installed_verl_version() -> str:
         from importlib.metadata import version
 
         return version("verl")
-    except Exception:  # an uninstalled checkout
+    except Exception:  # noqa: BLE001  (an uninstalled checkout: any metadata error)
         return str(getattr(importlib.import_module("verl"), "__version__", "unknown"))
 
 
@@ -247,9 +248,18 @@ def check_cpu_mode() -> None:
     require_attrs(checkpoint.CheckpointEngineRegistry, "register")
 
 
+def check_file_logger() -> None:
+    """``trainer.file_logger_path`` (``verl_ext.trainer.runner.point_file_logger``): the variable verl's file
+    logger reads its path from."""
+    tracking = require_module("verl.utils.tracking")
+    require_attrs(tracking, "FileLogger")
+    require_uses(tracking.FileLogger.__init__, ("VERL_FILE_LOGGER_PATH",), "verl.utils.tracking.FileLogger")
+
+
 def check_trainers(use_v1: bool) -> None:
     """The checks of the trainer a run uses (called by ``verl_ext.main`` before Ray starts and by the runners)."""
     if use_v1:
         check_v1_trainer()
     else:
         check_legacy_trainer()
+    check_file_logger()

@@ -15,6 +15,14 @@ V1 = "trainer.use_v1=true"
 LEGACY = "trainer.use_v1=false"
 
 
+def validation_untouched_by_gec(steps: dict) -> None:
+    """The validation before training (step 0): GEC stays off for validation rollouts. The toy model never answers
+    two-digit sums at the start, so their accuracy is ~0; GEC's answer and solution branches (half of the edits)
+    would make about half of them right."""
+    values = steps.pop(0)
+    assert values["val-core/toy_add2/acc/mean@8"] < 0.25, values
+
+
 def trained(steps: dict) -> None:
     assert sorted(steps) == [1, 2], steps.keys()
     for values in steps.values():
@@ -23,7 +31,10 @@ def trained(steps: dict) -> None:
 
 @pytest.mark.parametrize("estimator", ["grpo", "edge_grpo", "gepo"])
 def test_v1_trainer(run_main, estimator):
-    steps = run_main(V1, f"algorithm.adv_estimator={estimator}").metrics()
+    validate = ["trainer.val_before_train=true"] if estimator == "edge_grpo" else []  # once is enough
+    steps = run_main(V1, f"algorithm.adv_estimator={estimator}", *validate).metrics()
+    if validate:
+        validation_untouched_by_gec(steps)
     trained(steps)
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
@@ -48,8 +59,10 @@ def test_v1_trainer(run_main, estimator):
 def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
     # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
-                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear")
+                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
+                   "trainer.val_before_train=true")
     steps = run.metrics()
+    validation_untouched_by_gec(steps)
     trained(steps)
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values
@@ -63,11 +76,11 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
 
 def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
     per_source = "algorithm.gepo.stats_scope=per_data_source"
-    run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
+    run_main(V1, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
     assert saved["scopes"] and all(s["num_updates"] == 2 for s in saved["scopes"].values())
 
-    resumed = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
+    resumed = run_main(V1, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
                        "trainer.total_training_steps=3")
     assert sorted(resumed.metrics()) == [3]  # resumed at step 3, not from scratch
     restored = [line for line in resumed.lines if "[verl_ext] restored entropy history" in line]

@@ -8,7 +8,6 @@ import pytest
 from verl_ext.trainer.gec_metrics import gec_step_metrics
 
 
-
 def _hand_batch():
     # group a: all wrong before, one answer injection fixes one -> rescued
     # group b: mixed before, stays mixed; group c: all wrong, reflection fails -> still collapsed

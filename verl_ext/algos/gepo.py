@@ -21,7 +21,6 @@ from verl_ext.algos.history import GLOBAL_SCOPE, EntropyMoments, GroupEntropyHis
 from verl_ext.names import ENTROPY_ESTIMATORS
 
 
-
 def group_entropy(
     estimator: str,
     response_mask: torch.Tensor,

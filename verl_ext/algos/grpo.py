@@ -9,7 +9,6 @@ from verl_ext.algos.groups import group_count, group_mean_std, group_sum
 from verl_ext.names import BASE_ADVANTAGES
 
 
-
 def grpo_scalar_advantage(
     scores: torch.Tensor, gid: torch.Tensor, num_groups: int, epsilon: float = 1e-6, norm_by_std: bool = True
 ) -> torch.Tensor:

@@ -10,9 +10,20 @@ from typing import Any, Optional
 
 import numpy as np
 
-from verl_ext.rollout.gec import (BRANCH_REFLECT, BRANCHES, EDIT_BRANCHES, EXTRA_KEYS, KEY_BRANCH,
-                                  KEY_CONTINUATION_TOKENS, KEY_CORRECT_BEFORE, KEY_FIRST_HIT_CAP, KEY_INJECTED_TOKENS,
-                                  KEY_SCORE_BEFORE, KEY_TRUNCATED, reward_acc)
+from verl_ext.rollout.gec import (
+    BRANCH_REFLECT,
+    BRANCHES,
+    EDIT_BRANCHES,
+    EXTRA_KEYS,
+    KEY_BRANCH,
+    KEY_CONTINUATION_TOKENS,
+    KEY_CORRECT_BEFORE,
+    KEY_FIRST_HIT_CAP,
+    KEY_INJECTED_TOKENS,
+    KEY_SCORE_BEFORE,
+    KEY_TRUNCATED,
+    reward_acc,
+)
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -21,7 +32,7 @@ def _as_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _gec_columns(non_tensor_batch: dict, n: int) -> Optional[dict[str, list]]:
+def _gec_columns(non_tensor_batch: dict, n: int) -> dict[str, list] | None:
     """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
     if KEY_BRANCH in non_tensor_batch:
         return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in EXTRA_KEYS}
@@ -34,7 +45,7 @@ def _gec_columns(non_tensor_batch: dict, n: int) -> Optional[dict[str, list]]:
     return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
 
 
-def _final_acc(non_tensor_batch: dict, n: int) -> list[Optional[bool]]:
+def _final_acc(non_tensor_batch: dict, n: int) -> list[bool | None]:
     """Per row: correctness from the final reward's ``acc`` (see ``verl_ext.rollout.gec.reward_acc``), None where there is none.
 
     Legacy trainer: reward-extra keys are columns (``score``, ``acc``, ...);

@@ -19,8 +19,8 @@ from verl import DataProto
 
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
-from verl_ext.trainer.gec_metrics import gec_step_metrics
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
+from verl_ext.trainer.gec_metrics import gec_step_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -40,9 +40,9 @@ def point_file_logger(config) -> None:
 class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
     def run(self, config):
         from verl_ext.trainer.v1 import install_extension_trainers
-        from verl_ext.verl_compat import check_v1_trainer
+        from verl_ext.verl_compat import check_trainers
 
-        check_v1_trainer()
+        check_trainers(use_v1=True)
         point_file_logger(config)
         install_extension_trainers()
         return super().run(config)
@@ -52,9 +52,9 @@ class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
 class ExtTaskRunnerLegacy(TaskRunner.__ray_actor_class__):
     def run(self, config):
         from verl_ext.trainer.legacy import ExtRayPPOTrainer
-        from verl_ext.verl_compat import check_legacy_trainer
+        from verl_ext.verl_compat import check_trainers
 
-        check_legacy_trainer()  # among others: run() below reads the global RayPPOTrainer
+        check_trainers(use_v1=False)  # among others: run() below reads the global RayPPOTrainer
         point_file_logger(config)
         verl_run = super().run
         # Ray ships this actor class by value (verl's module attribute is the ActorClass, not the class), so the

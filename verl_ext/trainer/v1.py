@@ -120,8 +120,7 @@ class _TaggedBatches:
         for batch_dict in self.loader:
             column = np.empty(len(batch_dict["raw_prompt"]), dtype=object)
             column[:] = self.training
-            batch_dict[TRAINING_ROLLOUT_KEY] = column
-            yield batch_dict
+            yield {**batch_dict, TRAINING_ROLLOUT_KEY: column}  # a new dict: the loader's batches stay as they are
 
 
 def _bypass_mode(algorithm) -> bool:
