@@ -75,12 +75,13 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
 
 
 def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
+    # the legacy trainer's save/stop/resume (the v1 trainer's: test_combinations' colocate_async kill-and-resume)
     per_source = "algorithm.gepo.stats_scope=per_data_source"
-    run_main(V1, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
+    run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
     assert saved["scopes"] and all(s["num_updates"] == 2 for s in saved["scopes"].values())
 
-    resumed = run_main(V1, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
+    resumed = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
                        "trainer.total_training_steps=3")
     assert sorted(resumed.metrics()) == [3]  # resumed at step 3, not from scratch
     restored = [line for line in resumed.lines if "[verl_ext] restored entropy history" in line]
