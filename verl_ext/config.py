@@ -4,7 +4,9 @@ These dataclasses are the single source of defaults and validation.  ``register_
 Hydra's ConfigStore, and ``hydra_configs/base.yaml`` only composes them under ``algorithm`` next to verl's
 own ``ppo_trainer`` config.  :func:`validate_run_config` holds the start-up checks that span verl's and verl_ext's
 keys (``python -m verl_ext.main`` runs it before verl's own).  The estimators accept the ``algorithm`` node as a
-DictConfig, a plain dict or verl's ``AlgoConfig``; a missing sub-node or key means the paper's default.
+DictConfig, a plain dict or verl's ``AlgoConfig`` (read through :func:`config_value`, the one key reader for all
+three); a missing sub-node or key means the paper's default.  The allowed values come from ``verl_ext.names``,
+which the implementing modules use too; this module imports nothing else from verl_ext.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from verl_ext.algos.gepo import ENTROPY_ESTIMATORS
-from verl_ext.algos.grpo import BASE_ADVANTAGES
-from verl_ext.algos.history import EMA_INITS, THRESHOLD_SOURCES, ThresholdRule
-from verl_ext.rollout import GEC_AGENT_NAME
-
-ADV_ESTIMATORS = ("edge_grpo", "gepo")
+from verl_ext.names import (
+    ADV_ESTIMATORS,
+    BASE_ADVANTAGES,
+    EMA_INITS,
+    ENTROPY_ESTIMATORS,
+    GEC_AGENT_NAME,
+    THRESHOLD_SOURCES,
+)
 
 
 class ConfigError(ValueError):
@@ -49,8 +53,8 @@ class EdgeGrpoConfig:
     """Entropy-Driven Advantage (EDGE-GRPO). Defaults reproduce the official code (no clamp)."""
 
     entropy_eps: float = 1e-6  # a response with mean entropy <= this keeps factor 1 (and is counted)
-    factor_min: Optional[float] = None  # optional clamp of H̄_g/H_i; the official code's is commented out
-    factor_max: Optional[float] = None
+    factor_min: float | None = None  # optional clamp of H̄_g/H_i; the official code's is commented out
+    factor_max: float | None = None
     # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
     entropy_grad: bool = False
 
@@ -117,11 +121,6 @@ class GepoConfig:
                    f"only applies to {prefix}.ema_init=warmup_pool; with ema_init={self.ema_init} leave it at 0")
         return self
 
-    def threshold_rule(self) -> ThresholdRule:
-        return ThresholdRule(beta_low=self.beta_low, beta_high=self.beta_high, ema_gamma=self.ema_gamma,
-                             std_unbiased=self.std_unbiased, threshold_source=self.threshold_source,
-                             ema_init=self.ema_init, warmup_steps=self.warmup_steps, window_size=self.window_size)
-
 
 ANSWER_PLACEHOLDER = "{answer}"
 
@@ -141,7 +140,7 @@ class GecConfig:
     )
     correct_threshold: float = 1.0  # a response is wrong when its reward is below this
     max_continuation_tokens: int = 256
-    prompt_length_gate: Optional[int] = 256  # skip GEC for prompts with >= this many tokens (original); null: never
+    prompt_length_gate: int | None = 256  # skip GEC for prompts with >= this many tokens (original); null: never
     mask_injected: bool = False  # original: injected tokens are trained as policy tokens
     solution_key: str = "solution"  # where the reference solution sits: extra_info[solution_key]
     seed: int = 0
@@ -174,27 +173,32 @@ def validate_entropy_grad(config: Any) -> None:
     The gradient through H_i(θ) lives in the actor loss that verl_ext's trainers install on verl's engine workers
     (both trainers use them), so it needs adv_estimator=edge_grpo and verl's PPO loss (no distillation loss).
     """
-    algo = config.algorithm
+    algo = config_value(config, "algorithm")
     if not load_algorithm_config(algo).edge_grpo.entropy_grad:
         return
     key = "algorithm.edge_grpo.entropy_grad"
-    estimator = str(algo_get(algo, "adv_estimator", ""))
+    estimator = str(config_value(algo, "adv_estimator", ""))
     _check(estimator == "edge_grpo", key, True,
            f"applies to algorithm.adv_estimator=edge_grpo only (got {estimator!r}); set it to false")
-    distillation = config.get("distillation", None) if hasattr(config, "get") else None
-    _check(not (distillation and distillation.get("enabled", False)), key, True,
+    _check(not config_value(config, "distillation.enabled", False), key, True,
            "cannot be combined with distillation.enabled=true (the distillation loss replaces the PPO loss)")
 
 
+def config_value(node: Any, key: str, default: Any = None) -> Any:
+    """``node.<key>`` for a dotted ``key``, however verl holds its config (DictConfig, plain dict, or a dataclass
+    such as verl's ``AlgoConfig``); ``default`` where a node on the way or the value is missing or None."""
+    for part in key.split("."):
+        if node is None:
+            return default
+        if isinstance(node, dict) or (hasattr(node, "get") and not dataclasses.is_dataclass(node)):
+            node = node.get(part, None)
+        else:
+            node = getattr(node, part, None)
+    return default if node is None else node
+
+
 def _sub_node(algo_cfg: Any, name: str) -> dict:
-    if algo_cfg is None:
-        return {}
-    if isinstance(algo_cfg, dict):
-        node = algo_cfg.get(name)
-    elif hasattr(algo_cfg, "get") and not dataclasses.is_dataclass(algo_cfg):  # DictConfig
-        node = algo_cfg.get(name, None)
-    else:
-        node = getattr(algo_cfg, name, None)
+    node = config_value(algo_cfg, name)
     if node is None:
         return {}
     if dataclasses.is_dataclass(node):
@@ -226,28 +230,7 @@ def load_algorithm_config(algo_cfg: Any) -> ExtAlgorithmConfig:
     )
 
 
-def algo_get(algo_cfg: Any, key: str, default: Any) -> Any:
-    """A top-level key of verl's algorithm node, whatever its type."""
-    if algo_cfg is None:
-        return default
-    if isinstance(algo_cfg, dict) or (hasattr(algo_cfg, "get") and not dataclasses.is_dataclass(algo_cfg)):
-        value = algo_cfg.get(key, default)
-    else:
-        value = getattr(algo_cfg, key, default)
-    return default if value is None else value
-
-
 # ---------------------------------------------------------------- start-up checks across verl's and verl_ext's keys
-
-GROUP_ESTIMATORS = ADV_ESTIMATORS  # estimators whose advantage is relative to a group of rollout.n responses
-
-
-def _node_get(node: Any, key: str, default: Any = None) -> Any:
-    if node is None:
-        return default
-    value = node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
-    return default if value is None else value
-
 
 def _as_list(value: Any) -> list:
     if value is None:
@@ -288,17 +271,19 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     with a ConfigError naming the settings: group estimators or GEC with ``rollout.n < 2`` (every group has one
     member), GEC whose rollouts never reach the ``gec_agent`` loop, GEC with anything that uses rollout log-probs as
     the behaviour policy (injected tokens carry rollout log-prob 0.0) unless ``gec.mask_injected`` takes them out of
-    the response mask, settings the estimators cannot run with, and :data:`FEATURE_COMBINATION_CHECKS`.
+    the response mask, settings the estimators cannot run with, :func:`validate_entropy_grad` and
+    :data:`FEATURE_COMBINATION_CHECKS`.  ``python -m verl_ext.main`` (and its dry run) calls this one function.
     """
     algorithm = config.algorithm
     ext = load_algorithm_config(algorithm)
     estimator = str(algorithm.adv_estimator)
     rollout = config.actor_rollout_ref.rollout
-    rollout_corr = _node_get(algorithm, "rollout_correction", {})
-    bypass = bool(_node_get(rollout_corr, "bypass_mode", False))
-    n = int(_node_get(rollout, "n", 1))
+    rollout_corr = config_value(algorithm, "rollout_correction", {})
+    bypass = bool(config_value(rollout_corr, "bypass_mode", False))
+    n = int(config_value(rollout, "n", 1))
     gec = ext.gec
     validate_feature_combinations(config, ext)
+    validate_entropy_grad(config)
 
     needs_entropy = estimator == "edge_grpo" or (
         estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
@@ -309,13 +294,13 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
             "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
         )
     if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
-        _node_get(rollout, "calculate_log_probs", False) or bypass
+        config_value(rollout, "calculate_log_probs", False) or bypass
     ):
         raise ConfigError(
             "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
         )
-    trains = not bool(_node_get(_node_get(config, "trainer", None), "val_only", False))  # val_only: no advantage
-    if trains and estimator in GROUP_ESTIMATORS and n < 2:
+    trains = not bool(config_value(config, "trainer.val_only", False))  # val_only: no advantage
+    if trains and estimator in ADV_ESTIMATORS and n < 2:  # both are group-relative
         raise ConfigError(
             f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
             "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
@@ -329,14 +314,14 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
             f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.gec.enable=true: GEC corrects wrong responses "
             "so that all-wrong groups get a learning signal, which needs groups; set actor_rollout_ref.rollout.n >= 2"
         )
-    default_loop = _node_get(_node_get(rollout, "agent", None), "default_agent_loop", None)
+    default_loop = config_value(rollout, "agent.default_agent_loop")
     if default_loop != GEC_AGENT_NAME:
         raise ConfigError(
             f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} with algorithm.gec.enable=true: GEC "
             f"runs only in the {GEC_AGENT_NAME!r} agent loop; set default_agent_loop={GEC_AGENT_NAME} (verl_ext's "
             "configs do) or algorithm.gec.enable=false"
         )
-    for path, counts in data_agent_names(_node_get(config.data, "train_files", None)).items():
+    for path, counts in data_agent_names(config_value(config.data, "train_files", None)).items():
         other = {k: v for k, v in counts.items() if k != GEC_AGENT_NAME}
         if other:
             raise ConfigError(
@@ -348,10 +333,10 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     uses_rollout_logprobs = [
         key for key, on in (
             ("algorithm.rollout_correction.bypass_mode=true", bypass),
-            (f"algorithm.rollout_correction.rollout_is={_node_get(rollout_corr, 'rollout_is', None)!r}",
-             _node_get(rollout_corr, "rollout_is", None) is not None),
-            (f"algorithm.rollout_correction.rollout_rs={_node_get(rollout_corr, 'rollout_rs', None)!r}",
-             _node_get(rollout_corr, "rollout_rs", None) is not None),
+            (f"algorithm.rollout_correction.rollout_is={config_value(rollout_corr, 'rollout_is', None)!r}",
+             config_value(rollout_corr, "rollout_is", None) is not None),
+            (f"algorithm.rollout_correction.rollout_rs={config_value(rollout_corr, 'rollout_rs', None)!r}",
+             config_value(rollout_corr, "rollout_rs", None) is not None),
             ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
         ) if on
     ]
@@ -381,16 +366,9 @@ def register_structured_configs() -> None:
 # all at start-up.  A refusal names both settings and says why; the README's combination table lists them.
 
 
-def _select(config: Any, key: str, default: Any = None) -> Any:
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(config, key, default=default)
-    return default if value is None else value
-
-
 def active_features(config: Any, ext: ExtAlgorithmConfig) -> list[str]:
     """The verl_ext features this run turns on, as the settings that turn them on."""
-    estimator = str(_select(config, "algorithm.adv_estimator", ""))
+    estimator = str(config_value(config, "algorithm.adv_estimator", ""))
     features = [f"algorithm.adv_estimator={estimator}"] if estimator in ADV_ESTIMATORS else []
     if ext.gec.enable:
         features.append("algorithm.gec.enable=true")
@@ -400,7 +378,7 @@ def active_features(config: Any, ext: ExtAlgorithmConfig) -> list[str]:
 def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
     """DAPO dynamic sampling exists only in verl's v1 replay buffer; the legacy trainer would silently ignore it."""
     features = active_features(config, ext)
-    if features and _select(config, "algorithm.filter_groups.enable", False) and not _select(
+    if features and config_value(config, "algorithm.filter_groups.enable", False) and not config_value(
             config, "trainer.use_v1", True):
         raise ConfigError(
             f"algorithm.filter_groups.enable=true with trainer.use_v1=false (and {', '.join(features)}): verl's "
@@ -413,6 +391,6 @@ FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:
     """Start-up refusals of combinations that would silently misbehave; raises ConfigError naming both settings."""
-    ext = load_algorithm_config(_select(config, "algorithm")) if ext is None else ext
+    ext = load_algorithm_config(config_value(config, "algorithm")) if ext is None else ext
     for check in FEATURE_COMBINATION_CHECKS:
         check(config, ext)

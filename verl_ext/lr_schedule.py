@@ -51,7 +51,12 @@ def build_linear_scheduler(optimizer, optim_config):
 def _patch_engine() -> None:
     import importlib
 
-    engine_cls = importlib.import_module(_ENGINE_MODULE).FSDPEngine
+    from verl_ext.verl_compat import check_fsdp_engine, require_attrs
+
+    engine_module = importlib.import_module(_ENGINE_MODULE)
+    require_attrs(engine_module, "FSDPEngine")
+    engine_cls = engine_module.FSDPEngine
+    check_fsdp_engine(engine_cls)
     original = engine_cls._build_lr_scheduler
     if getattr(original, "_verl_ext_linear", False):
         return
@@ -70,6 +75,9 @@ def install() -> None:
     """Teach verl's FSDP optimizer config and engine ``lr_scheduler_type: linear``; idempotent."""
     from verl.workers.config.optimizer import FSDPOptimizerConfig
 
+    from verl_ext.verl_compat import check_fsdp_optimizer_config
+
+    check_fsdp_optimizer_config()
     original = FSDPOptimizerConfig.__post_init__
     if getattr(original, "_verl_ext_linear", False):
         return

@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import register_structured_configs, validate_entropy_grad, validate_run_config
+from verl_ext.config import register_structured_configs, validate_run_config
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 
 register_structured_configs()
@@ -110,7 +110,6 @@ def prepare(config: DictConfig) -> None:
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     apply_platform_defaults(config)  # before the checks, so they see what will run
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/config.py), before verl's own
-    validate_entropy_grad(config)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
@@ -122,7 +121,9 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
+    from verl_ext.verl_compat import check_trainers
 
+    check_trainers(bool(config.trainer.use_v1))  # here, before Ray starts: a clear error on an unexpected verl
     started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
     try:
         run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)

@@ -15,6 +15,17 @@ V1 = "trainer.use_v1=true"
 LEGACY = "trainer.use_v1=false"
 
 
+def validation_untouched_by_gec(steps: dict) -> None:
+    """The validation before training (step 0): GEC stays off for validation rollouts. The toy model never answers
+    two-digit sums at the start, so their accuracy is ~0; GEC's answer and solution branches (half of the edits)
+    would make about half of them right."""
+    values = steps.pop(0)
+    for key in ("val-core/toy_add2/acc/mean@1", "val-core/toy_add2@greedy/acc/mean@1"):  # sampled and greedy rows
+        if key in values:  # a random subset of the held-out rows (data.val_max_samples)
+            assert values[key] < 0.25, values
+    assert "val-core/toy_add2/acc/mean@1" in values, values
+
+
 def trained(steps: dict) -> None:
     assert sorted(steps) == [1, 2], steps.keys()
     for values in steps.values():
@@ -23,7 +34,11 @@ def trained(steps: dict) -> None:
 
 @pytest.mark.parametrize("estimator", ["grpo", "edge_grpo", "gepo"])
 def test_v1_trainer(run_main, estimator):
-    steps = run_main(V1, f"algorithm.adv_estimator={estimator}").metrics()
+    # validation once is enough (a random 300 of the held-out rows)
+    validate = ["trainer.val_before_train=true", "data.val_max_samples=300"] if estimator == "edge_grpo" else []
+    steps = run_main(V1, f"algorithm.adv_estimator={estimator}", *validate).metrics()
+    if validate:
+        validation_untouched_by_gec(steps)
     trained(steps)
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
@@ -48,8 +63,10 @@ def test_v1_trainer(run_main, estimator):
 def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
     # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
-                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear")
+                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
+                   "trainer.val_before_train=true", "data.val_max_samples=300")
     steps = run.metrics()
+    validation_untouched_by_gec(steps)
     trained(steps)
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values
@@ -62,6 +79,7 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
 
 
 def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
+    # the legacy trainer's save/stop/resume (the v1 trainer's: test_combinations' colocate_async kill-and-resume)
     per_source = "algorithm.gepo.stats_scope=per_data_source"
     run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]

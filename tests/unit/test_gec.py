@@ -1,7 +1,7 @@
 """Guided Error Correction / +Force-R (verl_ext.rollout): pure logic and the gec_agent loop with a fake server.
 
 The agent loop runs verl's real SingleTurnAgentLoop code, verl's real reward manager (a custom reward function
-file written here) and, for validation detection, verl's real AgentLoopWorker._run_agent_loop.
+file written here) and, for telling training from validation rows, verl's real AgentLoopWorker.generate_sequences.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.config import GecConfig
+from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.rollout import gec
-from verl_ext.rollout.gec import gec_step_metrics
+from verl_ext.trainer.gec_metrics import gec_step_metrics
 
 REWARD_FN = '''
 import re
@@ -121,7 +122,8 @@ def make_config(reward_path, response_length=512, prompt_length=64, reward_name=
     )
 
 
-def sample(solution=SOLUTION, uid="u0", content="What is 2+3?"):
+def sample(solution=SOLUTION, uid="u0", content="What is 2+3?", training=True):
+    """One dataset row as the agent loop receives it, tagged by verl_ext's trainer (training or validation)."""
     extra = {"index": 0}
     if solution is not None:
         extra["solution"] = solution
@@ -132,6 +134,7 @@ def sample(solution=SOLUTION, uid="u0", content="What is 2+3?"):
         "data_source": "toy",
         "uid": uid,
         "index": 0,
+        TRAINING_ROLLOUT_KEY: training,
     }
 
 
@@ -230,11 +233,12 @@ def test_choose_branch_gate_and_fallback():
     assert gec.ground_truth_text({"ground_truth": ["7", "8"]}) == "7"
 
 
-def test_validate_from_sampling_params():
-    train, val = {"temperature": 1.0, "top_p": 1.0, "top_k": -1}, {"temperature": 0.0, "top_p": 1.0, "top_k": -1}
-    assert gec.validate_from_sampling_params(TRAIN_SP, train, val) is False
-    assert gec.validate_from_sampling_params(VAL_SP, train, val) is True
-    assert gec.validate_from_sampling_params(TRAIN_SP, train, train) is None
+def test_is_training_rollout():
+    assert gec.is_training_rollout({TRAINING_ROLLOUT_KEY: True})
+    assert gec.is_training_rollout({TRAINING_ROLLOUT_KEY: np.bool_(True)})
+    assert not gec.is_training_rollout({TRAINING_ROLLOUT_KEY: False})
+    assert not gec.is_training_rollout({})  # untagged: never corrected
+    assert not gec.is_training_rollout({TRAINING_ROLLOUT_KEY: "yes"})
 
 
 # ---------------------------------------------------------------- agent loop
@@ -243,7 +247,7 @@ def test_validate_from_sampling_params():
 def test_registered(verl_loop):
     module, registry = verl_loop
     assert registry["gec_agent"] == {"_target_": "verl_ext.rollout.gec_agent_loop.GecAgentLoop"}
-    assert module.AGENT_NAME == "gec_agent"
+    assert module.GecAgentLoop.__name__ == "GecAgentLoop"
 
 
 def test_disabled_equals_single_turn(tok, reward_path, verl_loop):
@@ -417,7 +421,7 @@ def test_no_cap_without_gec_or_in_validation(tok, reward_path, verl_loop):
     run_loop(tok, make_config(reward_path, enable=False), server)
     assert "max_tokens" not in server.calls[0]["sampling_params"]
     server = FakeServer(tok)
-    run_loop(tok, make_config(reward_path), server, sampling_params=VAL_SP)
+    run_loop(tok, make_config(reward_path), server, sampling_params=VAL_SP, **sample(training=False))
     assert "max_tokens" not in server.calls[0]["sampling_params"]
     # a caller's own smaller max_tokens is kept
     server = FakeServer(tok)
@@ -523,120 +527,54 @@ def test_no_rollout_logprobs(tok, reward_path, verl_loop):
 
 
 def test_validation_untouched_through_verl_worker(tok, reward_path, verl_loop):
-    """verl's own AgentLoopWorker._run_agent_loop: validate=True -> untouched; train -> corrected."""
+    """verl's own AgentLoopWorker.generate_sequences hands each row's columns to run(): a row tagged as validation
+    is untouched, one tagged as training is corrected, with identical sampling params."""
+    from verl import DataProto
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    config.actor_rollout_ref.rollout.val_kwargs.temperature = 1.0  # same params for both: only the tag differs
+    config.actor_rollout_ref.rollout.agent = {"default_agent_loop": "gec_agent"}
 
     async def post(output, validate, **kwargs):
         return output
 
     def worker(server):
-        return types.SimpleNamespace(config=config, llm_client=server, tokenizer=tok, processor=None,
-                                     hf_model_type=None, dataset_cls=RLHFDataset, tools=[],
-                                     _agent_loop_postprocess=post)
+        fake = types.SimpleNamespace(config=config, rollout_config=config.actor_rollout_ref.rollout,
+                                     llm_client=server, tokenizer=tok, processor=None, hf_model_type=None,
+                                     dataset_cls=RLHFDataset, tools=[], _agent_loop_postprocess=post,
+                                     _postprocess=lambda outputs, **kw: outputs)
+        fake._run_agent_loop = types.MethodType(AgentLoopWorker._run_agent_loop, fake)
+        return fake
 
-    async def go(validate, sp):
+    def rows(training: bool, validate_meta: bool) -> DataProto:
+        columns = {k: np.array([v], dtype=object) for k, v in sample(training=training).items()}
+        return DataProto.from_single_dict(columns, meta_info={"validate": validate_meta, "global_steps": 1})
+
+    async def go(training: bool, validate_meta: bool):
         server = FakeServer(tok)
-        trajectory = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": validate}
-        out = await AgentLoopWorker._run_agent_loop(worker(server), dict(sp), trajectory, agent_name="gec_agent",
-                                                    trace=False, **sample())
+        (out,) = await AgentLoopWorker.generate_sequences(worker(server), rows(training, validate_meta))
         return out, server
 
-    # identical sampling params on purpose: detection must come from the worker, not from temperatures
-    val, server = asyncio.run(go(True, TRAIN_SP))
+    val, server = asyncio.run(go(training=False, validate_meta=True))
     assert val.response_ids == ids(tok, FIRST_WRONG) + [tok.eos_token_id] and len(server.calls) == 1
     assert not any(k.startswith("gec_") for k in val.extra_fields)
-    train, _ = asyncio.run(go(False, VAL_SP))
+    train, _ = asyncio.run(go(training=True, validate_meta=False))
     assert train.extra_fields["gec_branch"] == "answer"
 
 
-def test_validation_fallback_on_sampling_params(tok, reward_path, verl_loop):
-    # called outside a verl worker: val_kwargs temperature (0.0) differs from training (1.0)
+def test_untagged_row_is_not_corrected_and_warned(tok, reward_path, verl_loop, caplog):
+    """A row no verl_ext trainer tagged (e.g. verl's own entry point): GEC stays off for it, with a warning."""
+    module, _ = verl_loop
+    module._WARNED.discard("untagged")
+    row = sample()
+    row.pop(TRAINING_ROLLOUT_KEY)
     server = FakeServer(tok)
-    out = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), server,
-                   sampling_params=VAL_SP)
+    with caplog.at_level("WARNING", logger=module.logger.name):
+        out = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), server, **row)
     assert "gec_branch" not in out.extra_fields and len(server.calls) == 1
-
-
-# ---------------------------------------------------------------- step metrics
-
-
-def _hand_batch():
-    # group a: all wrong before, one answer injection fixes one -> rescued
-    # group b: mixed before, stays mixed; group c: all wrong, reflection fails -> still collapsed
-    uid = np.array(["a", "a", "b", "b", "c", "c"], dtype=object)
-    branch = ["answer", "reflect", "none", "solution_fallback", "reflect", "gated"]
-    before = [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
-    final = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
-    cont = [0, 12, 0, 0, 30, 0]
-    trunc = [False, False, False, False, True, False]
-    rows = [
-        {"gec_branch": b, "gec_score_before": s, "gec_correct_before": s >= 1.0, "gec_continuation_tokens": c,
-         "gec_injected_tokens": 5 if b != "none" and b != "gated" else 0, "gec_truncated": t,
-         "gec_response_len_before": 10}
-        for b, s, c, t in zip(branch, before, cont, trunc)
-    ]
-    return uid, final, rows
-
-
-def _check_metrics(m):
-    assert m["gec/responses"] == 6
-    assert m["gec/acc_before"] == pytest.approx(1 / 6)
-    assert m["gec/acc_after"] == pytest.approx(3 / 6)
-    assert m["gec/reward_before"] == pytest.approx(1 / 6)
-    assert m["gec/reward_after"] == pytest.approx(0.5)
-    assert m["gec/count/answer"] == 1 and m["gec/count/reflect"] == 2 and m["gec/count/none"] == 1
-    assert m["gec/count/solution_fallback"] == 1 and m["gec/count/gated"] == 1 and m["gec/count/solution"] == 0
-    assert m["gec/frac_edited"] == pytest.approx(4 / 6)
-    assert m["gec/continuation_tokens"] == 42 and m["gec/continuation_tokens_mean"] == 21
-    assert m["gec/truncated"] == 1 and m["gec/injected_tokens"] == 20
-    assert m["gec/groups"] == 3 and m["gec/groups_all_wrong_before"] == 2 and m["gec/groups_rescued"] == 1
-    assert m["gec/groups_collapsed_before"] == 2 and m["gec/groups_collapsed_after"] == 2
-    assert all(k.startswith("gec/") for k in m)
-
-
-def test_gec_step_metrics_flat_columns():
-    uid, final, rows = _hand_batch()
-    ntb = {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
-    ntb["uid"] = uid
-    _check_metrics(gec_step_metrics(ntb, uid, final, correct_threshold=1.0))
-
-
-def test_gec_step_metrics_v1_extra_fields_and_torch():
-    import torch
-
-    uid, final, rows = _hand_batch()
-    extra = np.empty(len(rows), dtype=object)
-    extra[:] = rows
-    _check_metrics(gec_step_metrics({"extra_fields": extra}, list(uid), torch.tensor(final)))
-
-
-def test_gec_step_metrics_acc_after_from_reward_acc():
-    """Final correctness from the final reward's acc (1 + accuracy scale: every final score is >= 1)."""
-    uid, final, rows = _hand_batch()
-    final_scaled = final + 1.0
-    acc = final.copy()
-    # legacy: reward-extra keys are columns
-    ntb = {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
-    ntb["score"], ntb["acc"] = final_scaled, acc
-    m = gec_step_metrics(ntb, uid, final_scaled, correct_threshold=1.0)
-    assert m["gec/acc_after"] == pytest.approx(3 / 6) and m["gec/groups_rescued"] == 1
-    # v1: reward_extra_info inside each row's extra_fields
-    extra = np.empty(len(rows), dtype=object)
-    extra[:] = [{**r, "reward_extra_info": {"score": s, "acc": a}} for r, s, a in zip(rows, final_scaled, acc)]
-    m = gec_step_metrics({"extra_fields": extra}, list(uid), final_scaled, correct_threshold=1.0)
-    assert m["gec/acc_after"] == pytest.approx(3 / 6) and m["gec/groups_rescued"] == 1
-    # without acc the threshold decides (and, on this scale, cannot separate: the reason acc is preferred)
-    ntb.pop("acc")
-    assert gec_step_metrics(ntb, uid, final_scaled, correct_threshold=1.0)["gec/acc_after"] == 1.0
-
-
-def test_gec_step_metrics_without_gec_rows():
-    assert gec_step_metrics({"uid": np.array(["a"])}, ["a"], [1.0]) == {}
-    ntb = {"gec_branch": np.array([None, None], dtype=object)}
-    assert gec_step_metrics(ntb, ["a", "a"], [1.0, 0.0]) == {}
+    assert TRAINING_ROLLOUT_KEY in caplog.text
 
 
 def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
@@ -679,27 +617,6 @@ def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
     assert m["gec/acc_before"] == 0.5 and m["gec/count/reflect"] == 1 and m["gec/groups_rescued"] == 0
 
 
-def test_all_wrong_groups_before_correction_per_data_source():
-    """GEC rows: the recorded first-response outcome decides (a rescued group still counts as all wrong)."""
-    from verl_ext.rollout.gec import all_wrong_group_metrics
-
-    uid, final, rows = _hand_batch()  # a: all wrong (rescued), b: mixed, c: all wrong
-    sources = ["two", "two", "one", "one", "two", "two"]
-    extra = np.empty(len(rows), dtype=object)
-    extra[:] = rows
-    m = all_wrong_group_metrics({"extra_fields": extra}, uid, final, sources)
-    assert m == {"verl_ext/groups_all_wrong_frac": pytest.approx(2 / 3), "verl_ext/two/groups_all_wrong_frac": 1.0,
-                 "verl_ext/one/groups_all_wrong_frac": 0.0}
-    # GEC off (no gec_* fields): the final reward's acc, else score >= threshold, decides
-    ntb = {"score": final, "acc": np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0])}
-    m = all_wrong_group_metrics(ntb, uid, final, sources)
-    assert m["verl_ext/two/groups_all_wrong_frac"] == 1.0 and m["verl_ext/one/groups_all_wrong_frac"] == 0.0
-    m = all_wrong_group_metrics({}, uid, final, None)
-    assert m == {"verl_ext/groups_all_wrong_frac": pytest.approx(1 / 3)}  # only c has no final score of 1
-    with pytest.raises(ValueError, match="uids"):
-        all_wrong_group_metrics({}, uid[:2], final, None)
-
-
 def test_row_sampling_params_override_per_row(tok, reward_path, verl_loop):
     """A row's extra_info.sampling_params replaces the trainer's for that row only (e.g. a greedy validation copy),
     with GEC off and in validation; unknown keys are an error."""
@@ -711,8 +628,10 @@ def test_row_sampling_params_override_per_row(tok, reward_path, verl_loop):
         **TRAIN_SP, "temperature": 0.0}
     with pytest.raises(ValueError, match="temprature"):
         row_sampling_params(TRAIN_SP, {"sampling_params": {"temprature": 0.0}})
-    server = FakeServer(tok)
-    row = sample()
-    row["extra_info"]["sampling_params"] = {"temperature": 0.0}
-    run_loop(tok, make_config(reward_path, enable=False), server, sampling_params=VAL_SP, **row)
-    assert server.calls[0]["sampling_params"]["temperature"] == 0.0
+    for enable, training in ((False, True), (True, False)):  # GEC off; GEC on and a validation row
+        server = FakeServer(tok)
+        row = sample(training=training)
+        row["extra_info"]["sampling_params"] = {"temperature": 0.0}
+        run_loop(tok, make_config(reward_path, enable=enable), server, sampling_params=TRAIN_SP, **row)
+        assert len(server.calls) == 1 and server.calls[0]["sampling_params"]["temperature"] == 0.0
+        assert server.calls[0]["sampling_params"]["top_p"] == TRAIN_SP["top_p"]  # the rest stays the trainer's

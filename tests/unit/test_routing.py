@@ -191,3 +191,71 @@ def test_file_logger_path_never_overwrites_a_run_s_metrics(tmp_path, monkeypatch
     monkeypatch.delenv("VERL_FILE_LOGGER_PATH")
     point_file_logger(OmegaConf.create({"trainer": {"file_logger_path": None}}))  # verl's own default
     assert "VERL_FILE_LOGGER_PATH" not in os.environ
+
+
+# ---- GEC: rows sent to rollout are tagged as training or validation (read by the gec_agent loop) -----------------
+
+
+def _gec_config(trainer, enable: bool):
+    trainer.config.algorithm.gec = {"enable": enable}
+    trainer._ext_config = None
+
+
+def test_legacy_rows_tagged_training_in_fit_and_validation_in_validate(monkeypatch):
+    """verl's own _get_gen_batch builds the rollout batch; _validate (faked: verl's calls _get_gen_batch) marks
+    its rows False, fit's rows are True; with GEC off the batch is verl's, untagged."""
+    from verl_ext.names import TRAINING_ROLLOUT_KEY
+
+    def rows():
+        return DataProto.from_single_dict({"input_ids": torch.zeros(3, 2, dtype=torch.long),
+                                           "raw_prompt": np.array(["a", "b", "c"], dtype=object),
+                                           "uid": np.array(["u", "u", "v"], dtype=object)})
+
+    monkeypatch.setattr(RayPPOTrainer, "_validate", lambda self, merged=False: self._get_gen_batch(rows()))
+    trainer = bare_legacy_trainer("edge_grpo")
+    _gec_config(trainer, enable=True)
+    assert list(trainer._get_gen_batch(rows()).non_tensor_batch[TRAINING_ROLLOUT_KEY]) == [True] * 3
+    assert list(trainer._validate().non_tensor_batch[TRAINING_ROLLOUT_KEY]) == [False] * 3
+    assert list(trainer._get_gen_batch(rows()).non_tensor_batch[TRAINING_ROLLOUT_KEY]) == [True] * 3  # reset
+    _gec_config(trainer, enable=False)
+    assert TRAINING_ROLLOUT_KEY not in trainer._get_gen_batch(rows()).non_tensor_batch
+
+
+def test_v1_rows_tagged_training_in_train_batches_and_validation_in_validate(monkeypatch):
+    """v1: every row of a training batch carries True (per row, so async modes persist it); the batches verl's
+    _validate reads from val_dataloader carry False; the dataloader is restored afterwards."""
+    from tensordict import NonTensorStack
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.utils import tensordict_utils as tu
+
+    from verl_ext.names import TRAINING_ROLLOUT_KEY
+    from verl_ext.trainer.v1 import extended_trainer_cls
+
+    def train_batch(self, num_prompts=None):
+        return tu.get_tensordict({"input_ids": torch.zeros(2, 3), "uid": np.array(["a", "b"], dtype=object)})
+
+    def validate(self):  # what verl's _validate does with its dataloader: a TensorDict per batch dict
+        return [tu.get_tensordict(dict(batch_dict)) for batch_dict in self.val_dataloader]
+
+    monkeypatch.setattr(PPOTrainer, "_next_train_batch", train_batch)
+    monkeypatch.setattr(PPOTrainer, "_validate", validate)
+    sync = get_trainer_cls("sync")
+    assert "_next_train_batch" not in vars(sync) and "_validate" not in vars(sync)  # PPOTrainer's, faked above
+    cls = extended_trainer_cls(sync)
+    trainer = cls.__new__(cls)
+    trainer.config = OmegaConf.create({"algorithm": algo("grpo")})
+    loader = [{"raw_prompt": np.array(["p", "q", "r"], dtype=object), "input_ids": torch.zeros(3, 2)}]
+    trainer.val_dataloader = loader
+    _gec_config(trainer, enable=True)
+
+    batch = trainer._next_train_batch()
+    column = dict(batch.items())[TRAINING_ROLLOUT_KEY]
+    assert isinstance(column, NonTensorStack) and [column[i].data for i in range(2)] == [True, True]
+    (val,) = trainer._validate()
+    column = dict(val.items())[TRAINING_ROLLOUT_KEY]
+    assert [column[i].data for i in range(3)] == [False] * 3
+    assert trainer.val_dataloader is loader
+    _gec_config(trainer, enable=False)
+    assert TRAINING_ROLLOUT_KEY not in trainer._next_train_batch()
+    assert TRAINING_ROLLOUT_KEY not in trainer._validate()[0]

@@ -51,21 +51,6 @@ def _factor_terms(entropy, response_mask, gid, num_groups, entropy_eps, factor_m
     return _clamped(factor, factor_min, factor_max), h_resp, h_bar, usable
 
 
-def entropy_driven_factor(
-    entropy: torch.Tensor,
-    response_mask: torch.Tensor,
-    gid: torch.Tensor,
-    num_groups: int,
-    entropy_eps: float = 1e-6,
-    factor_min: float | None = None,
-    factor_max: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-response factor H̄_g / H_i. Returns (factor (B,), response entropy H_i (B,), degenerate mask (B,))."""
-    factor, h_resp, _, usable = _factor_terms(entropy, response_mask, gid, num_groups, entropy_eps,
-                                              factor_min, factor_max)
-    return factor, h_resp, ~usable
-
-
 def _factor_stats(factor: torch.Tensor, h_resp: torch.Tensor, usable: torch.Tensor) -> dict[str, float]:
     return {
         "edge_grpo/factor_mean": factor.mean().item(),

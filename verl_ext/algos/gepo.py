@@ -18,8 +18,7 @@ import torch
 
 from verl_ext.algos.groups import group_count, group_sum, masked_row_sum_and_count
 from verl_ext.algos.history import GLOBAL_SCOPE, EntropyMoments, GroupEntropyHistory, ThresholdRule
-
-ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")
+from verl_ext.names import ENTROPY_ESTIMATORS
 
 
 def group_entropy(

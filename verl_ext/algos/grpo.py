@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 
 from verl_ext.algos.groups import group_count, group_mean_std, group_sum
-
-BASE_ADVANTAGES = ("grpo", "drgrpo", "rloo")
+from verl_ext.names import BASE_ADVANTAGES
 
 
 def grpo_scalar_advantage(

@@ -25,8 +25,6 @@ import math
 from dataclasses import dataclass
 
 GLOBAL_SCOPE = "global"
-THRESHOLD_SOURCES = ("ema", "window")
-EMA_INITS = ("first_batch", "warmup_pool")
 
 
 @dataclass(frozen=True)

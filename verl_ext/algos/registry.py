@@ -21,9 +21,9 @@ from verl_ext.algos.edge_grpo import edge_grpo_advantage, entropy_grad_split
 from verl_ext.algos.gepo import gepo_advantage, group_entropy
 from verl_ext.algos.groups import first_member, group_ids, group_mean_std
 from verl_ext.algos.grpo import base_scalar_advantage
-from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.algos.history import GroupEntropyHistory, ThresholdRule
 from verl_ext.algos.inputs import advantage_dtype, check_batch_tensors, check_finite_scores, check_row_labels
-from verl_ext.config import algo_get, load_algorithm_config
+from verl_ext.config import GepoConfig, config_value, load_algorithm_config
 
 _NEEDS_TRAINER = "run through `python -m verl_ext.main` (its trainers pass it), or pass it yourself"
 
@@ -47,8 +47,15 @@ def _grpo_base(token_level_rewards, index, config, epsilon, kind: str = "grpo"):
     labels = check_row_labels("index", index, scores.shape[0])
     gid, num_groups = group_ids(index if isinstance(index, torch.Tensor) else labels)
     gid = gid.to(scores.device)
-    norm = bool(algo_get(config, "norm_adv_by_std_in_grpo", True))
+    norm = bool(config_value(config, "norm_adv_by_std_in_grpo", True))
     return scores, gid, num_groups, base_scalar_advantage(kind, scores, gid, num_groups, epsilon, norm)
+
+
+def threshold_rule(g: GepoConfig) -> ThresholdRule:
+    """The history's threshold rule from ``algorithm.gepo``."""
+    return ThresholdRule(beta_low=g.beta_low, beta_high=g.beta_high, ema_gamma=g.ema_gamma,
+                         std_unbiased=g.std_unbiased, threshold_source=g.threshold_source, ema_init=g.ema_init,
+                         warmup_steps=g.warmup_steps, window_size=g.window_size)
 
 
 def _modified_fraction(shaped: torch.Tensor, base: torch.Tensor) -> dict[str, float]:
@@ -176,7 +183,7 @@ def compute_gepo_outcome_advantage(
             stats_mask = reward_std > 0
         adv, gepo_stats = gepo_advantage(
             adv, h_group, gid, group_scope, history, alpha_low=g.alpha_low, alpha_high=g.alpha_high,
-            rule=g.threshold_rule(), update_before_shaping=g.update_before_shaping,
+            rule=threshold_rule(g), update_before_shaping=g.update_before_shaping,
             stats_group_mask=stats_mask, with_stats=metrics is not None,
         )
         stats.update(gepo_stats)

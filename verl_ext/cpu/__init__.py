@@ -45,13 +45,18 @@ def activate_cpu_support_if_needed() -> bool:
     if not cpu_mode_requested():
         return False
 
+    from verl_ext.verl_compat import check_cpu_mode, check_cpu_platform
+
+    check_cpu_platform()
+    from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
+
+    install_cpu_platform()  # before anything imports a verl module that resolves the platform
+    check_cpu_mode()
     from verl_ext.cpu.checkpoint_engine import register_cpu_checkpoint_engine
     from verl_ext.cpu.hf_rollout import register_hf_rollout
     from verl_ext.cpu.offload import unpin_cpu_offload_policy
-    from verl_ext.cpu.platform import apply_verl_fixes, install_cpu_platform
     from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
-    install_cpu_platform()
     apply_verl_fixes()
     register_hf_rollout()
     register_cpu_checkpoint_engine()  # backend "cpu": weights to standalone rollouts (v1 separate_async)

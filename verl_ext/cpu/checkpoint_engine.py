@@ -115,4 +115,4 @@ class CPUCheckpointEngine(CheckpointEngine):
 
 def register_cpu_checkpoint_engine() -> None:
     """Importing this module registers the engine; this is the explicit, idempotent entry point."""
-    CheckpointEngineRegistry._registry[BACKEND] = CPUCheckpointEngine
+    CheckpointEngineRegistry.register(BACKEND)(CPUCheckpointEngine)

@@ -48,6 +48,8 @@ import torch
 from verl.workers.rollout.base import _ROLLOUT_REGISTRY, BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
+from verl_ext.config import config_value
+
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
 
@@ -68,9 +70,7 @@ def _server_name(replica_rank: int, node_rank: int = 0, kind: str = "", name_suf
 
 
 def _engine_kwargs(config) -> dict:
-    kwargs = getattr(config, "engine_kwargs", None) or {}
-    hf = kwargs.get(ROLLOUT_NAME, None) if hasattr(kwargs, "get") else None
-    return dict(hf or {})
+    return dict(config_value(config, f"engine_kwargs.{ROLLOUT_NAME}", None) or {})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,16 +217,6 @@ _NEUTRAL_SAMPLING_PARAMS = {"repetition_penalty": 1.0, "presence_penalty": 0.0, 
                             "min_p": 0.0}
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if hasattr(obj, "get") and not hasattr(obj, "__dataclass_fields__"):
-        value = obj.get(key, default)
-    else:
-        value = getattr(obj, key, default)
-    return default if value is None else value
-
-
 class HFRolloutServer:
     """Token-in/token-out generation server for one replica (wrapped with ``ray.remote`` by :class:`HFReplica`).
 
@@ -245,15 +235,15 @@ class HFRolloutServer:
             torch.set_num_threads(int(opts["num_threads"]))
         self.batch_window_s = float(opts.get("batch_window_ms", 10)) / 1000.0
         self.max_batch_wait_s = float(opts.get("max_batch_wait_ms", 100)) / 1000.0
-        self.max_num_seqs = int(_get(config, "max_num_seqs", 256))
-        self.raw_logprobs = _get(config, "logprobs_mode", "processed_logprobs") in ("raw_logprobs", "raw_logits")
-        self.ignore_eos = bool(_get(config, "ignore_eos", False))
-        self.prompt_length = int(_get(config, "prompt_length", 512))
-        self.response_length = int(_get(config, "response_length", 512))
-        self.max_model_len = int(_get(config, "max_model_len", 0) or (self.prompt_length + self.response_length))
+        self.max_num_seqs = int(config_value(config, "max_num_seqs", 256))
+        self.raw_logprobs = config_value(config, "logprobs_mode", "processed_logprobs") in ("raw_logprobs", "raw_logits")
+        self.ignore_eos = bool(config_value(config, "ignore_eos", False))
+        self.prompt_length = int(config_value(config, "prompt_length", 512))
+        self.response_length = int(config_value(config, "response_length", 512))
+        self.max_model_len = int(config_value(config, "max_model_len", 0) or (self.prompt_length + self.response_length))
 
-        path = _get(model_config, "local_path") or _get(model_config, "path")
-        trust_remote_code = bool(_get(model_config, "trust_remote_code", False))
+        path = config_value(model_config, "local_path") or config_value(model_config, "path")
+        trust_remote_code = bool(config_value(model_config, "trust_remote_code", False))
         dtype = getattr(torch, str(opts.get("dtype", "float32")))
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, attn_implementation="sdpa", trust_remote_code=trust_remote_code
@@ -273,8 +263,8 @@ class HFRolloutServer:
     @staticmethod
     def _special_ids(model_config, model) -> tuple[list[int], int]:
         eos: list[int] = []
-        gen = _get(model_config, "generation_config") or getattr(model, "generation_config", None)
-        tok = _get(model_config, "tokenizer")
+        gen = config_value(model_config, "generation_config") or getattr(model, "generation_config", None)
+        tok = config_value(model_config, "tokenizer")
         for src in (gen, model.config, tok):
             value = getattr(src, "eos_token_id", None) if src is not None else None
             if value is None:

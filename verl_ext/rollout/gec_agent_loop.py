@@ -28,9 +28,10 @@ A row may carry its own sampling settings in ``extra_info["sampling_params"]`` (
 ``{"temperature": 0}`` for a greedy copy of a validation prompt next to the sampled one); they replace the
 trainer's for that row only (:func:`row_sampling_params`), with GEC on or off.
 
-Validation rollouts are recognised from the caller: verl's ``AgentLoopWorker._run_agent_loop`` (shared by the
-v1 ``AgentLoopWorkerTQ``) holds ``trajectory["validate"]`` but does not pass it to ``run``; see
-:func:`detect_validate`.
+Training and validation rollouts are told apart by a row column: while GEC is on, verl_ext's trainers tag every row
+they send to rollout with ``verl_ext.names.TRAINING_ROLLOUT_KEY`` (True: training, False: validation), and verl's
+agent-loop workers pass row columns to ``run`` as keyword arguments. A row without the tag (a trainer other than
+verl_ext's) is never corrected, with a warning.
 
 Importing this module only registers the class (verl's ``register`` puts ``{"_target_": ...}`` in a dict);
 the reward manager and config are built lazily, once per worker process.
@@ -42,7 +43,6 @@ import asyncio
 import copy
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -52,12 +52,14 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_ext.rollout import GEC_AGENT_NAME, gec
+from verl_ext.names import GEC_AGENT_NAME, TRAINING_ROLLOUT_KEY
+from verl_ext.rollout import gec
+from verl_ext.verl_compat import check_agent_loop
+
+check_agent_loop()  # at plugin load, in every process: what this loop relies on in verl's agent-loop worker
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
-
-AGENT_NAME = GEC_AGENT_NAME
 
 # Per-process caches keyed by id() of verl's config object (one object per agent-loop worker; kept alive here).
 _GEC_CONFIGS: dict[int, tuple[Any, Any]] = {}
@@ -76,10 +78,9 @@ def gec_config_of(config) -> Any:
     hit = _GEC_CONFIGS.get(id(config))
     if hit is not None and hit[0] is config:
         return hit[1]
-    from verl_ext.config import load_algorithm_config
+    from verl_ext.config import config_value, load_algorithm_config
 
-    algo = config.get("algorithm", None) if hasattr(config, "get") else getattr(config, "algorithm", None)
-    cfg = load_algorithm_config(algo).gec
+    cfg = load_algorithm_config(config_value(config, "algorithm")).gec
     _GEC_CONFIGS[id(config)] = (config, cfg)
     return cfg
 
@@ -100,66 +101,14 @@ def reward_manager_of(config, tokenizer) -> Any:
             "algorithm.gec needs a rule reward it can call inside the agent loop; with reward.reward_model.enable"
             "=true set reward.custom_reward_function.path (a reward model alone cannot be called from here)"
         )
+    from verl_ext.verl_compat import check_reward_manager
+
+    check_reward_manager()
     from verl.trainer.ppo.reward import load_reward_manager
 
     manager = load_reward_manager(config, tokenizer)
     _REWARD_MANAGERS[id(config)] = (config, manager, loop)
     return manager
-
-
-# ---------------------------------------------------------------- validation detection
-
-_CALLER_FRAMES = ("_run_agent_loop", "_run_prompt")
-
-
-def _validate_from_callers(max_depth: int = 32) -> Optional[bool]:
-    """``trajectory["validate"]`` of the verl worker frame that awaits this agent loop, if any."""
-    frame = sys._getframe(1)
-    depth = 0
-    try:
-        while frame is not None and depth < max_depth:
-            if frame.f_code.co_name in _CALLER_FRAMES:
-                trajectory = frame.f_locals.get("trajectory")
-                if isinstance(trajectory, dict) and "validate" in trajectory:
-                    return bool(trajectory["validate"])
-            frame = frame.f_back
-            depth += 1
-    finally:
-        del frame
-    return None
-
-
-def detect_validate(kwargs: dict, sampling_params: dict, rollout_config) -> bool:
-    """Whether this trajectory is a validation rollout.
-
-    1. an explicit ``validate`` / ``__validate__`` field, if a future verl passes one;
-    2. ``trajectory["validate"]`` in the calling ``AgentLoopWorker._run_agent_loop`` (legacy and v1 workers);
-    3. the sampling params against ``rollout`` vs ``rollout.val_kwargs`` when those differ;
-    4. otherwise validation (GEC off) with a warning: never inject ground truth into an evaluation.
-    """
-    for key in ("validate", "__validate__"):
-        if key in kwargs and kwargs[key] is not None:
-            value = kwargs[key]
-            return bool(value.item() if hasattr(value, "item") else value)
-    found = _validate_from_callers()
-    if found is not None:
-        return found
-    try:
-        val = rollout_config.val_kwargs
-        train_sp = {"temperature": rollout_config.temperature, "top_p": rollout_config.top_p,
-                    "top_k": rollout_config.top_k}
-        val_sp = {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k}
-        guess = gec.validate_from_sampling_params(sampling_params, train_sp, val_sp)
-    except Exception:  # config without val_kwargs
-        guess = None
-    if guess is not None:
-        return guess
-    _warn_once(
-        "validate",
-        "gec_agent: cannot tell validation from training rollouts (no verl _run_agent_loop frame and identical "
-        "train/val sampling params); GEC is OFF for these rollouts",
-    )
-    return True
 
 
 # ---------------------------------------------------------------- reward input (as AgentLoopWorker._compute_score)
@@ -260,7 +209,18 @@ def _with_max_tokens(sampling_params: dict, cap: int) -> dict:
     return params
 
 
-@register(AGENT_NAME)
+def is_training_rollout(kwargs: dict) -> bool:
+    """The row's training tag (``gec.is_training_rollout``); warns once per process about untagged rows."""
+    if TRAINING_ROLLOUT_KEY not in kwargs:
+        _warn_once(
+            "untagged",
+            f"gec_agent: a rollout row without {TRAINING_ROLLOUT_KEY!r} (verl_ext's trainers tag every row while "
+            "algorithm.gec.enable=true; run through `python -m verl_ext.main`); GEC is OFF for such rows",
+        )
+    return gec.is_training_rollout(kwargs)
+
+
+@register(GEC_AGENT_NAME)
 class GecAgentLoop(SingleTurnAgentLoop):
     """Single-turn agent loop with Guided Error Correction / +Force-R on training rollouts."""
 
@@ -329,9 +289,8 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        plain = not self.gec_config.enable or detect_validate(kwargs, sampling_params, self.rollout_config)
         sampling_params = row_sampling_params(sampling_params, kwargs.get("extra_info"))
-        if plain:
+        if not self.gec_config.enable or not is_training_rollout(kwargs):
             return await super().run(sampling_params, **kwargs)
         plan = self._plan(kwargs)
         first_params = _with_max_tokens(sampling_params, plan.first_budget)

@@ -21,8 +21,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from verl.workers.utils.losses import ppo_loss
-from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext.algos.edge_grpo import entropy_grad_multiplier, response_entropy
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
@@ -45,6 +43,10 @@ class EntropyGradPPOLoss:
         self.factor_max = factor_max
 
     def __call__(self, model_output, data, dp_group=None):
+        # imported here, not at module level: the trainers import this module for the metric summary, with any loss
+        from verl.workers.utils.losses import ppo_loss
+        from verl.workers.utils.padding import no_padding_2_padding
+
         entropy = model_output.get("entropy", None)
         if entropy is None:
             raise RuntimeError("edge_grpo.entropy_grad: the actor's forward pass returned no entropy; "
@@ -100,7 +102,9 @@ def entropy_grad_loss(config) -> EntropyGradPPOLoss:
     from verl.utils.config import omega_conf_to_dataclass
 
     from verl_ext.config import load_algorithm_config
+    from verl_ext.verl_compat import check_entropy_grad_loss
 
+    check_entropy_grad_loss()
     eda = load_algorithm_config(config.algorithm).edge_grpo
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     return EntropyGradPPOLoss(actor_config, eda.entropy_eps, eda.factor_min, eda.factor_max)

@@ -4,7 +4,8 @@ Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`
 after logging it), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
 legacy loop, looked up at call time) through the shared function while it runs (any other estimator: verl's own
 function, and the step diagnostics from its output), ``_update_actor`` adds the step's advantage and GEC metrics to
-the actor metrics that ``fit()`` logs; the mixin's checkpoint hooks keep the history;
+the actor metrics that ``fit()`` logs, ``_get_gen_batch`` tags rows as training or validation rollouts while GEC is
+on (``_validate`` marks its calls); the mixin's checkpoint hooks keep the history;
 ``init_workers`` installs the entropy_grad actor loss when it is on.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 
+from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
@@ -22,6 +24,20 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
     def init_workers(self):
         super().init_workers()
         self._ext_install_entropy_grad_loss()
+
+    def _validate(self, *args, **kwargs):
+        self._ext_validating = True  # read by _get_gen_batch, which verl calls from fit() and _validate() alike
+        try:
+            return super()._validate(*args, **kwargs)
+        finally:
+            self._ext_validating = False
+
+    def _get_gen_batch(self, batch):
+        gen_batch = super()._get_gen_batch(batch)
+        tags = self._ext_rollout_tags(len(batch), training=not getattr(self, "_ext_validating", False))
+        if tags is not None:
+            gen_batch.non_tensor_batch[TRAINING_ROLLOUT_KEY] = tags
+        return gen_batch
 
     def _compute_old_log_prob(self, batch):
         old_log_prob, mfu = super()._compute_old_log_prob(batch)

@@ -1,7 +1,8 @@
 """The trainer-side glue shared by verl's v1 and legacy trainers.
 
 It owns the run's GroupEntropyHistory on the driver, routes each step's batch to the estimator through
-``compute_extension_advantage`` and keeps the history in every checkpoint (``global_step_N/verl_ext_state.json``,
+``compute_extension_advantage``, tags the rows it sends to rollout as training or validation while GEC is on
+(``names.TRAINING_ROLLOUT_KEY``, read by the ``gec_agent`` loop) and keeps the history in every checkpoint (``global_step_N/verl_ext_state.json``,
 written before verl writes its ``latest_checkpointed_iteration.txt``, so a checkpoint verl can resume from always
 has it).  Any other ``adv_estimator`` goes through verl untouched; GEC's metrics (``gec/...``) are logged with any estimator.
 """
@@ -13,12 +14,13 @@ import json
 import logging
 import os
 
+import numpy as np
 from verl import DataProto
 
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
-from verl_ext.rollout.gec import all_wrong_group_metrics, gec_step_metrics
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
+from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, gec_step_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,15 @@ class EntropyAdvantageMixin:
         """All-wrong groups of the step before correction, overall and per data source (any estimator, GEC or not)."""
         return all_wrong_group_metrics(non_tensor_batch, uid, final_scores, data_source,
                                        correct_threshold=self.ext_config.gec.correct_threshold)
+
+    def _ext_rollout_tags(self, num_rows: int, training: bool) -> np.ndarray | None:
+        """The ``names.TRAINING_ROLLOUT_KEY`` column for rows sent to rollout (None while GEC is off: verl's batch
+        stays as verl builds it). ``gec_agent`` corrects only rows tagged True."""
+        if not self.ext_config.gec.enable:
+            return None
+        column = np.empty(num_rows, dtype=object)
+        column[:] = bool(training)
+        return column
 
     def _ext_compute_advantage(self, data: DataProto) -> DataProto:
         data, metrics = compute_extension_advantage(

@@ -2,7 +2,8 @@
 
 Both of verl's runners pick their trainer class by a lookup at call time (v1: the trainer registry; legacy: the
 global ``RayPPOTrainer``, named in ``main_ppo_v0.TaskRunner.run``), so each runner here redirects that lookup inside its
-own process and then runs verl's ``run`` unchanged.  Both also point verl's ``file`` logger (created in this
+own process and then runs verl's ``run`` unchanged.  Each first checks that what it relies on in verl is there
+(``verl_ext.verl_compat``, docs/verl-integration.md).  Both also point verl's ``file`` logger (created in this
 process) at ``trainer.file_logger_path``.
 """
 
@@ -39,7 +40,9 @@ def point_file_logger(config) -> None:
 class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
     def run(self, config):
         from verl_ext.trainer.v1 import install_extension_trainers
+        from verl_ext.verl_compat import check_trainers
 
+        check_trainers(use_v1=True)
         point_file_logger(config)
         install_extension_trainers()
         return super().run(config)
@@ -49,7 +52,9 @@ class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
 class ExtTaskRunnerLegacy(TaskRunner.__ray_actor_class__):
     def run(self, config):
         from verl_ext.trainer.legacy import ExtRayPPOTrainer
+        from verl_ext.verl_compat import check_trainers
 
+        check_trainers(use_v1=False)  # among others: run() below reads the global RayPPOTrainer
         point_file_logger(config)
         verl_run = super().run
         # Ray ships this actor class by value (verl's module attribute is the ActorClass, not the class), so the

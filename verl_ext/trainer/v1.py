@@ -5,19 +5,22 @@
 trainer_base (looked up at call time) through the shared function for verl_ext estimators (any other estimator:
 verl's own function, and the step diagnostics from its output); everything else in verl's step (KL-in-reward,
 rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
-``gec/...`` metrics are computed here too, for any estimator.  With ``edge_grpo.entropy_grad`` the per-response
+``gec/...`` metrics are computed here too, for any estimator, and the rows sent to rollout are tagged as training
+(``_next_train_batch``) or validation (``_validate``'s batches) for the ``gec_agent`` loop.  With ``edge_grpo.entropy_grad`` the per-response
 fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import transfer_queue as tq
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
+from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
@@ -27,6 +30,24 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
     def on_init_end(self):
         self._ext_install_entropy_grad_loss()
         return super().on_init_end()
+
+    def _next_train_batch(self, *args, **kwargs):
+        batch = super()._next_train_batch(*args, **kwargs)
+        tags = self._ext_rollout_tags(len(batch), training=True)
+        if tags is not None:  # per row, so async modes persist it with the prompt (re-issued after a resume)
+            batch[TRAINING_ROLLOUT_KEY] = NonTensorStack.from_list([NonTensorData(t) for t in tags])
+        return batch
+
+    def _validate(self, *args, **kwargs):
+        tags = self._ext_rollout_tags(0, training=False)
+        if tags is None:
+            return super()._validate(*args, **kwargs)
+        loader = self.val_dataloader  # verl's _validate builds each batch from it: tag the rows as they come
+        self.val_dataloader = _TaggedBatches(loader, training=False)
+        try:
+            return super()._validate(*args, **kwargs)
+        finally:
+            self.val_dataloader = loader
 
     def _update_actor(self, batch, metrics):
         batch = super()._update_actor(batch, metrics)
@@ -88,6 +109,23 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
                 **self._outcome_metrics(non_tensor, uid, scores, data_source)}
 
 
+class _TaggedBatches:
+    """A dataloader whose batches (dicts of columns) carry the ``TRAINING_ROLLOUT_KEY`` column."""
+
+    def __init__(self, loader, training: bool):
+        self.loader = loader
+        self.training = training
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch_dict in self.loader:
+            column = np.empty(len(batch_dict["raw_prompt"]), dtype=object)
+            column[:] = self.training
+            yield {**batch_dict, TRAINING_ROLLOUT_KEY: column}  # a new dict: the loader's batches stay as they are
+
+
 def _bypass_mode(algorithm) -> bool:
     rollout_corr = algorithm.get("rollout_correction", None)
     return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
@@ -111,7 +149,10 @@ def extended_trainer_cls(base: type[PPOTrainer]) -> type[PPOTrainer]:
 def install_extension_trainers() -> None:
     """In this (driver) process, map every v1 trainer mode to its verl_ext subclass.
 
-    The mode names stay verl's own ("sync", ...) because verl branches on them (e.g. trainer_mode != "sync").
+    The mode names stay verl's own ("sync", ...) because verl branches on them (e.g. trainer_mode != "sync") and
+    reads ``trainer.v1.<mode>`` options under them. verl's ``register_trainer`` refuses to re-register a name to
+    another class, so the registry entries are replaced directly; ``verl_compat.check_v1_trainer`` checks at
+    start-up that ``get_trainer_cls`` still reads this registry.
     """
     for mode, cls in list(TRAINER_REGISTRY.items()):
         TRAINER_REGISTRY[mode] = extended_trainer_cls(cls)

@@ -1,0 +1,134 @@
+"""verl_ext.verl_compat: the start-up checks of what verl_ext relies on inside verl pass on the installed verl, and
+each one fails with the one clear error (naming the verl version verl_ext was written for) when a piece is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+import verl_ext.plugin
+from verl_ext import verl_compat
+from verl_ext.verl_compat import VERL_VERSION, VerlCompatError, installed_verl_version
+
+
+def _assert_clear(error: pytest.ExceptionInfo, *names: str) -> None:
+    message = str(error.value)
+    assert message.startswith(f"verl_ext was written for verl {VERL_VERSION}: ")
+    assert f"not found in verl {installed_verl_version()}" in message
+    for name in names:
+        assert name in message
+
+
+@pytest.mark.parametrize("check", ["check_legacy_trainer", "check_v1_trainer", "check_agent_loop",
+                                   "check_reward_manager", "check_entropy_grad_loss", "check_fsdp_optimizer_config",
+                                   "check_cpu_platform", "check_cpu_mode", "check_file_logger"])
+def test_checks_pass_on_installed_verl(check):
+    getattr(verl_compat, check)()
+
+
+def test_fsdp_engine_check_passes():
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    verl_compat.check_fsdp_engine(FSDPEngine)
+
+
+@pytest.mark.parametrize("target, check", [
+    ("verl.trainer.ppo.ray_trainer.compute_advantage", "check_legacy_trainer"),  # the rerouted function
+    ("verl.trainer.main_ppo_v0.RayPPOTrainer", "check_legacy_trainer"),  # the global the legacy runner rebinds
+    ("verl.trainer.ppo.ray_trainer.RayPPOTrainer._get_gen_batch", "check_legacy_trainer"),  # an overridden hook
+    ("verl.trainer.ppo.v1.trainer_base.PPOTrainer._next_train_batch", "check_v1_trainer"),
+    ("verl.trainer.ppo.v1.trainer_base.TRAINER_REGISTRY", "check_v1_trainer"),
+    ("verl.trainer.ppo.v1.trainer_base.compute_advantage_for_multi_trajectories", "check_v1_trainer"),
+    ("verl.trainer.ppo.reward.load_reward_manager", "check_reward_manager"),
+    ("verl.workers.utils.losses.ppo_loss", "check_entropy_grad_loss"),
+    ("verl.workers.rollout.base._ROLLOUT_REGISTRY", "check_cpu_mode"),
+])
+def test_missing_piece(monkeypatch, target, check):
+    monkeypatch.delattr(target)
+    with pytest.raises(VerlCompatError) as e:
+        getattr(verl_compat, check)()
+    _assert_clear(e, target.rsplit(".", 1)[1])
+
+
+def test_legacy_fit_no_longer_calling_the_rerouted_function(monkeypatch):
+    """The silent no-op the checks exist for: the global is still there, but fit() stopped reading it."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    def fit(self):
+        return self._get_gen_batch(self._validate(self._update_actor(self._compute_old_log_prob("entropys"))))
+
+    monkeypatch.setattr(RayPPOTrainer, "fit", fit)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_legacy_trainer()
+    _assert_clear(e, "RayPPOTrainer.fit", "'compute_advantage'")
+
+
+def test_v1_transfer_queue_field_renamed(monkeypatch):
+    """verl's old-log-prob pass writes the entropy under another TransferQueue field name."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    def _compute_old_log_prob(self, batch, metrics):
+        return {"old_log_probs": None, "token_entropy": None}
+
+    monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", _compute_old_log_prob)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_v1_trainer()
+    _assert_clear(e, "PPOTrainer._compute_old_log_prob", "'entropy'")
+
+
+def test_reward_input_layout_changed(monkeypatch):
+    """gec_agent copies AgentLoopWorker._compute_score's reward-input layout: a changed layout is caught."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    async def _compute_score(self, outputs, kwargs):
+        return {"prompts": 1, "responses": 2, "input_ids": 3, "attention_mask": 4, "position_ids": 5}
+
+    monkeypatch.setattr(AgentLoopWorker, "_compute_score", _compute_score)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_agent_loop()
+    _assert_clear(e, "AgentLoopWorker._compute_score", "'__num_turns__'")
+
+
+def test_agent_loop_output_field_missing(monkeypatch):
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+
+    fields = {k: v for k, v in AgentLoopOutput.model_fields.items() if k != "routed_experts"}
+    monkeypatch.setattr(AgentLoopOutput, "model_fields", fields)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_agent_loop()
+    _assert_clear(e, "'routed_experts'", "AgentLoopOutput")
+
+
+def test_fsdp_optimizer_config_field_missing(monkeypatch):
+    from verl.workers.config.optimizer import FSDPOptimizerConfig
+
+    fields = {k: v for k, v in FSDPOptimizerConfig.__dataclass_fields__.items() if k != "lr_scheduler_type"}
+    monkeypatch.setattr(FSDPOptimizerConfig, "__dataclass_fields__", fields)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_fsdp_optimizer_config()
+    _assert_clear(e, "'lr_scheduler_type'", "FSDPOptimizerConfig")
+
+
+def test_process_group_signature_changed(monkeypatch):
+    from verl.utils import distributed
+
+    monkeypatch.setattr(distributed, "initialize_global_process_group_ray", lambda timeout_second=None: None)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_cpu_mode()
+    _assert_clear(e, "'backend'", "initialize_global_process_group_ray")
+
+
+def test_main_refuses_before_ray_starts(monkeypatch):
+    """``python -m verl_ext.main`` runs the trainer's checks before it starts Ray (and its TaskRunner)."""
+    import ray
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import ray_trainer
+
+    from verl_ext import main
+
+    monkeypatch.setattr(main, "prepare", lambda config: None)
+    monkeypatch.delattr(ray_trainer, "compute_advantage")
+    started = []
+    monkeypatch.setattr("verl.trainer.main_ppo.run_ppo", lambda *a, **k: started.append(a))
+    with pytest.raises(VerlCompatError):
+        main.run(OmegaConf.create({"trainer": {"use_v1": False}}))
+    assert not started and not ray.is_initialized()

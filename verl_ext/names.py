@@ -1,0 +1,17 @@
+"""Names that verl_ext's config, algorithms, trainers and agent loop share (no imports: anything may import it).
+
+``verl_ext.config`` validates against these; the modules that implement them (``algos/``, ``rollout/``) use the
+same tuples, so an allowed value and its implementation cannot drift apart.
+"""
+
+ADV_ESTIMATORS = ("edge_grpo", "gepo")  # algorithm.adv_estimator values verl_ext registers with verl
+BASE_ADVANTAGES = ("grpo", "drgrpo", "rloo")  # algorithm.gepo.base (besides edge_grpo): algos/grpo.py
+ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entropy")  # algos/gepo.py
+THRESHOLD_SOURCES = ("ema", "window")  # algorithm.gepo.threshold_source: algos/history.py
+EMA_INITS = ("first_batch", "warmup_pool")  # algorithm.gepo.ema_init: algos/history.py
+GEC_AGENT_NAME = "gec_agent"  # the agent loop verl_ext registers (rollout/gec_agent_loop.py)
+
+# A per-row column verl_ext's trainers add to every row they send to rollout while GEC is on: True on training
+# rows, False on validation rows. verl hands row columns to agent loops as keyword arguments, so ``gec_agent``
+# reads it there and corrects training rollouts only.
+TRAINING_ROLLOUT_KEY = "verl_ext_training_rollout"

@@ -1,0 +1,186 @@
+"""GEC's per-step training metrics (``gec/...``) and the all-wrong groups per data source (``verl_ext/...``),
+computed on the driver from the fields the ``gec_agent`` loop wrote for each sample (``verl_ext.rollout.gec.EXTRA_KEYS``)
+and the rewards; both trainers log them with any ``adv_estimator``.
+
+numpy only (torch tensors are accepted and converted); no verl import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from verl_ext.rollout.gec import (
+    BRANCH_REFLECT,
+    BRANCHES,
+    EDIT_BRANCHES,
+    EXTRA_KEYS,
+    KEY_BRANCH,
+    KEY_CONTINUATION_TOKENS,
+    KEY_CORRECT_BEFORE,
+    KEY_FIRST_HIT_CAP,
+    KEY_INJECTED_TOKENS,
+    KEY_SCORE_BEFORE,
+    KEY_TRUNCATED,
+    reward_acc,
+)
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, without importing torch here
+        x = x.detach().cpu().float().numpy()
+    return np.asarray(x)
+
+
+def _gec_columns(non_tensor_batch: dict, n: int) -> dict[str, list] | None:
+    """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
+    if KEY_BRANCH in non_tensor_batch:
+        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in EXTRA_KEYS}
+    extra = non_tensor_batch.get("extra_fields")
+    if extra is None:
+        return None
+    rows = [getattr(r, "data", r) for r in list(extra)]
+    if not any(isinstance(r, dict) and KEY_BRANCH in r for r in rows):
+        return None
+    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
+
+
+def _final_acc(non_tensor_batch: dict, n: int) -> list[bool | None]:
+    """Per row: correctness from the final reward's ``acc`` (see ``verl_ext.rollout.gec.reward_acc``), None where there is none.
+
+    Legacy trainer: reward-extra keys are columns (``score``, ``acc``, ...);
+    v1: ``extra_fields[i]["reward_extra_info"]``.
+    """
+    if "acc" in non_tensor_batch and "score" in non_tensor_batch:
+        return [reward_acc({"score": s, "acc": a}) for s, a in zip(non_tensor_batch["score"], non_tensor_batch["acc"])]
+    extra = non_tensor_batch.get("extra_fields")
+    if extra is not None:
+        rows = [getattr(r, "data", r) for r in list(extra)]
+        return [reward_acc(r.get("reward_extra_info")) if isinstance(r, dict) else None for r in rows]
+    return [None] * n
+
+
+def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshold: float = 1.0) -> dict[str, float]:
+    """GEC metrics of one training step, keys prefixed ``gec/``.
+
+    Args:
+        non_tensor_batch: the batch's non-tensor columns; either flat ``gec_*`` columns (legacy trainer:
+            ``AgentLoopWorker._postprocess`` turns every extra field into a column) or an ``extra_fields``
+            column of per-sample dicts (v1 / TransferQueue). Rows without GEC fields (another agent loop,
+            validation) are ignored.
+        uid: group id per row (verl's ``uid`` column).
+        final_scores: sequence reward per row after correction (e.g. ``token_level_scores.sum(-1)``).
+        correct_threshold: ``algorithm.gec.correct_threshold``; decides the final correctness of rows whose reward
+            has no ``acc`` (see ``verl_ext.rollout.gec.response_is_correct``; the before side uses the recorded ``gec_correct_before``).
+    Returns {} when the batch holds no GEC rows.
+
+    Keys: acc_before / acc_after (fraction correct), reward_before / reward_after (means), frac_edited,
+    count/<branch> for every branch, continuation_tokens (sum) and continuation_tokens_mean (per reflection),
+    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), groups,
+    groups_all_wrong_before, groups_rescued (all wrong before, both correct and wrong after),
+    groups_collapsed_before / groups_collapsed_after (identical scores), responses.
+    """
+    uid = np.asarray(list(uid), dtype=object)
+    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    n = len(scores)
+    if len(uid) != n:
+        raise ValueError(f"gec_step_metrics: {len(uid)} uids for {n} final scores")
+    cols = _gec_columns(non_tensor_batch, n)
+    if cols is None:
+        return {}
+    branch = cols[KEY_BRANCH]
+    rows = np.array([b is not None for b in branch], dtype=bool)
+    if not rows.any():
+        return {}
+
+    def col(key, default):
+        return np.array([default if v is None else v for v in cols[key]], dtype=object)
+
+    before = col(KEY_SCORE_BEFORE, np.nan).astype(np.float64)
+    correct_before_raw = cols[KEY_CORRECT_BEFORE]
+    correct_before = np.array(
+        [bool(c) if c is not None else bool(s >= correct_threshold) for c, s in zip(correct_before_raw, before)]
+    )
+    acc_after = _final_acc(non_tensor_batch, n)
+    correct_after = np.array([a if a is not None else bool(s >= float(correct_threshold))
+                              for a, s in zip(acc_after, scores)], dtype=bool)
+    first_hit_cap = col(KEY_FIRST_HIT_CAP, False).astype(bool)
+    cont = col(KEY_CONTINUATION_TOKENS, 0).astype(np.int64)
+    injected = col(KEY_INJECTED_TOKENS, 0).astype(np.int64)
+    trunc = col(KEY_TRUNCATED, False).astype(bool)
+    branch = np.array([b if b is not None else "" for b in branch], dtype=object)
+
+    m: dict[str, float] = {}
+    r = rows
+    m["gec/responses"] = float(r.sum())
+    m["gec/acc_before"] = float(correct_before[r].mean())
+    m["gec/acc_after"] = float(correct_after[r].mean())
+    m["gec/reward_before"] = float(np.nanmean(before[r])) if np.isfinite(before[r]).any() else float("nan")
+    m["gec/reward_after"] = float(scores[r].mean())
+    for b in BRANCHES:
+        m[f"gec/count/{b}"] = float(((branch == b) & r).sum())
+    edited = np.isin(branch, EDIT_BRANCHES) & r
+    m["gec/frac_edited"] = float(edited.sum() / r.sum())
+    reflect = (branch == BRANCH_REFLECT) & r
+    m["gec/continuation_tokens"] = float(cont[r].sum())
+    m["gec/continuation_tokens_mean"] = float(cont[reflect].mean()) if reflect.any() else 0.0
+    m["gec/injected_tokens"] = float(injected[r].sum())
+    m["gec/truncated"] = float(trunc[r].sum())
+    m["gec/first_hit_cap"] = float(first_hit_cap[r].sum())
+
+    groups = all_wrong = rescued = collapsed_before = collapsed_after = 0
+    order: dict[Any, list[int]] = {}
+    for i in np.nonzero(r)[0]:
+        order.setdefault(uid[i], []).append(int(i))
+    for idx in order.values():
+        groups += 1
+        cb, ca = correct_before[idx], correct_after[idx]
+        sb, sa = before[idx], scores[idx]
+        if not cb.any():
+            all_wrong += 1
+            if ca.any() and not ca.all():
+                rescued += 1
+        if len(idx) > 0 and np.all(sb == sb[0]):
+            collapsed_before += 1
+        if len(idx) > 0 and np.all(sa == sa[0]):
+            collapsed_after += 1
+    m["gec/groups"] = float(groups)
+    m["gec/groups_all_wrong_before"] = float(all_wrong)
+    m["gec/groups_rescued"] = float(rescued)
+    m["gec/groups_collapsed_before"] = float(collapsed_before)
+    m["gec/groups_collapsed_after"] = float(collapsed_after)
+    return m
+
+
+def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_source=None,
+                            correct_threshold: float = 1.0) -> dict[str, float]:
+    """Share of groups whose responses are all wrong *before* any correction, overall and per data source.
+
+    The policy's own outcome: ``gec_correct_before`` on GEC rows, else the final reward's ``acc`` (or
+    score >= ``correct_threshold``), so the figure means the same with GEC on and off -- the groups GRPO gets no
+    signal from and GEC is meant to rescue. Keys ``verl_ext/groups_all_wrong_frac`` and
+    ``verl_ext/<data_source>/groups_all_wrong_frac``.
+    """
+    uid = np.asarray(list(uid), dtype=object)
+    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    n = len(scores)
+    if len(uid) != n:
+        raise ValueError(f"all_wrong_group_metrics: {len(uid)} uids for {n} final scores")
+    final = _final_acc(non_tensor_batch, n)
+    correct = [a if a is not None else bool(s >= float(correct_threshold)) for a, s in zip(final, scores)]
+    cols = _gec_columns(non_tensor_batch, n)
+    if cols is not None:  # GEC rows: the recorded first-response outcome
+        correct = [bool(c) if c is not None else f for c, f in zip(cols[KEY_CORRECT_BEFORE], correct)]
+    sources = [None] * n if data_source is None else [str(s) for s in data_source]
+    groups: dict[Any, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(uid[i], []).append(i)
+    all_wrong: dict[Optional[str], list[bool]] = {}
+    for idx in groups.values():
+        wrong = not any(correct[i] for i in idx)
+        all_wrong.setdefault(None, []).append(wrong)
+        if sources[idx[0]] is not None:
+            all_wrong.setdefault(sources[idx[0]], []).append(wrong)
+    return {("verl_ext" if s is None else f"verl_ext/{s}") + "/groups_all_wrong_frac": float(np.mean(v))
+            for s, v in all_wrong.items()}

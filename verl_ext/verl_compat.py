@@ -1,0 +1,265 @@
+"""Start-up checks of what verl_ext relies on inside verl beyond verl's registries (docs/verl-integration.md).
+
+verl_ext extends verl through its registries where verl has one (advantage estimators, agent loops, rollout
+replicas, platforms, checkpoint engines).  The few other places it reaches into verl (a module-level function it
+reroutes, a method it overrides, a field name it reads) are listed in docs/verl-integration.md; each is checked
+here, when the code that relies on it starts, and a missing piece raises one :class:`VerlCompatError` naming the
+verl version verl_ext was written for, instead of becoming a silent no-op (an override verl never calls, a
+rebinding nobody reads).  The checks are attribute, signature and code-object lookups on modules that are already
+imported at that point: they cost microseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+VERL_VERSION = "0.9.1"  # the verl release verl_ext is written and tested against
+
+
+class VerlCompatError(RuntimeError):
+    """The installed verl lacks something verl_ext relies on (see docs/verl-integration.md)."""
+
+
+@functools.lru_cache(maxsize=1)
+def installed_verl_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("verl")
+    except Exception:  # noqa: BLE001  (an uninstalled checkout: any metadata error)
+        return str(getattr(importlib.import_module("verl"), "__version__", "unknown"))
+
+
+def require(condition: Any, what: str, hint: str = "") -> None:
+    """Raise :class:`VerlCompatError` ("verl_ext was written for verl 0.9.1: <what> not found in verl X") unless
+    ``condition``."""
+    if condition:
+        return
+    message = f"verl_ext was written for verl {VERL_VERSION}: {what} not found in verl {installed_verl_version()}"
+    if hint:
+        message += f" ({hint})"
+    message += "; install verl==" + VERL_VERSION + " or see docs/verl-integration.md for what to adapt"
+    raise VerlCompatError(message)
+
+
+def _qualname(owner: Any) -> str:
+    if inspect.ismodule(owner):
+        return owner.__name__
+    return f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', owner)}"
+
+
+def require_module(name: str, hint: str = "") -> Any:
+    """The module ``name``; a clear error if it cannot be imported."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        require(False, f"module {name}", hint or str(e))
+
+
+def require_attrs(owner: Any, *names: str, hint: str = "") -> None:
+    """Every name in ``names`` is an attribute of ``owner`` (a module or a class)."""
+    for name in names:
+        require(hasattr(owner, name), f"{_qualname(owner)}.{name}", hint)
+
+
+def _code_words(func: Callable) -> set[str]:
+    """Global/attribute names and string constants a function's code uses, nested code (comprehensions,
+    closures) included; decorators that keep ``__wrapped__`` are looked through."""
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    words: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        words.update(current.co_names)
+        consts = list(current.co_consts)
+        while consts:
+            const = consts.pop()
+            if isinstance(const, str):
+                words.add(const)
+            elif isinstance(const, (tuple, frozenset)):  # e.g. the keys of a dict literal
+                consts.extend(const)
+            elif inspect.iscode(const):
+                stack.append(const)
+    return words
+
+
+def require_uses(func: Callable, words: Iterable[str], where: str, hint: str = "") -> None:
+    """``func``'s code uses every name / string in ``words`` (e.g. calls a module global verl_ext reroutes, or
+    reads a field name verl_ext reads too): verl_ext's rerouting or override is then actually reached."""
+    used = _code_words(func)
+    for word in words:
+        require(word in used, f"{where} using {word!r}", hint)
+
+
+def require_parameters(func: Callable, names: Iterable[str], where: str, hint: str = "") -> None:
+    """``func`` accepts every keyword in ``names`` (or ``**kwargs``)."""
+    params = inspect.signature(inspect.unwrap(func)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for name in names:
+        require(name in params, f"parameter {name!r} of {where}", hint)
+
+
+# ---------------------------------------------------------------- the checks, one per integration area
+
+
+def check_legacy_trainer() -> None:
+    """``trainer.use_v1=false``: ``verl_ext.trainer.legacy`` and ``ExtTaskRunnerLegacy``."""
+    from verl.trainer import main_ppo_v0
+    from verl.trainer.ppo import ray_trainer
+
+    trainer = ray_trainer.RayPPOTrainer
+    require_attrs(ray_trainer, "RayPPOTrainer", "compute_advantage", "compute_response_mask")
+    require_attrs(trainer, "init_workers", "fit", "_compute_old_log_prob", "_update_actor", "_validate",
+                  "_get_gen_batch", "_save_checkpoint", "_load_checkpoint",
+                  hint="methods verl_ext's legacy trainer overrides")
+    require_uses(trainer.fit, ("compute_advantage", "_get_gen_batch", "_validate", "_update_actor",
+                               "_compute_old_log_prob", "entropys"), "RayPPOTrainer.fit",
+                 "verl_ext reroutes the advantage call of fit() and hooks the calls around it")
+    require_uses(trainer._compute_old_log_prob, ("entropys",), "RayPPOTrainer._compute_old_log_prob")
+    require_uses(trainer._validate, ("_get_gen_batch",), "RayPPOTrainer._validate",
+                 "verl_ext tags validation rows in _get_gen_batch")
+    require(hasattr(main_ppo_v0, "TaskRunner") and hasattr(main_ppo_v0, "RayPPOTrainer"),
+            "verl.trainer.main_ppo_v0.TaskRunner and its module global RayPPOTrainer")
+    require_uses(main_ppo_v0.TaskRunner.__ray_actor_class__.run, ("RayPPOTrainer",), "main_ppo_v0.TaskRunner.run",
+                 "ExtTaskRunnerLegacy rebinds that global to verl_ext's trainer")
+
+
+def check_v1_trainer() -> None:
+    """``trainer.use_v1=true``: ``verl_ext.trainer.v1`` and ``ExtTaskRunnerV1``."""
+    from verl.trainer import main_ppo
+    from verl.trainer.ppo.v1 import trainer_base
+
+    trainer = trainer_base.PPOTrainer
+    require_attrs(trainer_base, "PPOTrainer", "TRAINER_REGISTRY", "get_trainer_cls",
+                  "compute_advantage_for_multi_trajectories")
+    require(isinstance(trainer_base.TRAINER_REGISTRY, dict) and "sync" in trainer_base.TRAINER_REGISTRY,
+            "verl.trainer.ppo.v1.trainer_base.TRAINER_REGISTRY as a dict with the 'sync' trainer")
+    require_uses(trainer_base.get_trainer_cls, ("TRAINER_REGISTRY",), "trainer_base.get_trainer_cls")
+    require_uses(main_ppo.TaskRunnerV1.__ray_actor_class__.run, ("get_trainer_cls",), "main_ppo.TaskRunnerV1.run")
+    require_attrs(trainer, "on_init_end", "_update_actor", "_compute_advantage", "_compute_metrics",
+                  "_next_train_batch", "_validate", "_save_checkpoint", "_load_checkpoint",
+                  hint="methods verl_ext's v1 trainers override")
+    require_uses(trainer._compute_advantage, ("compute_advantage_for_multi_trajectories", "uid", "rm_scores",
+                                              "response_mask", "advantages"), "PPOTrainer._compute_advantage",
+                 "verl_ext reroutes that call and reads these TransferQueue fields")
+    require_uses(trainer._compute_old_log_prob, ("entropy",), "PPOTrainer._compute_old_log_prob",
+                 "verl_ext reads the old-log-prob pass's entropy from TransferQueue under this name")
+    require_uses(trainer._add_batch_to_generate, ("_next_train_batch",), "PPOTrainer._add_batch_to_generate")
+    require_uses(trainer._validate, ("val_dataloader", "raw_prompt"), "PPOTrainer._validate",
+                 "verl_ext tags validation rows as they come out of val_dataloader")
+
+
+def check_agent_loop() -> None:
+    """The ``gec_agent`` agent loop (``verl_ext.rollout.gec_agent_loop``), in every agent-loop worker."""
+    from verl.experimental.agent_loop import agent_loop
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    require_attrs(agent_loop, "register", "AgentLoopOutput", "AgentLoopWorker")
+    require_attrs(SingleTurnAgentLoop, "run")
+    fields = getattr(agent_loop.AgentLoopOutput, "model_fields", {})
+    for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "routed_experts",
+                 "multi_modal_data", "mm_processor_output", "mm_processor_kwargs", "extra_fields", "num_turns",
+                 "metrics"):
+        require(name in fields, f"field {name!r} of AgentLoopOutput", "gec_agent edits the output in place")
+    worker = agent_loop.AgentLoopWorker
+    require_uses(worker.generate_sequences, ("non_tensor_batch", "_run_agent_loop"),
+                 "AgentLoopWorker.generate_sequences", "rows reach agent loops as keyword arguments")
+    # verl_ext.rollout.gec_agent_loop.build_reward_input copies this layout for the first response's reward
+    require_uses(worker._compute_score, ("prompts", "responses", "input_ids", "attention_mask", "position_ids",
+                                         "__num_turns__", "tool_extra_fields", "prompt_len", "response_len"),
+                 "AgentLoopWorker._compute_score", "gec_agent builds the reward input the same way")
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    require_parameters(LLMServerClient.generate, ("request_id", "prompt_ids", "sampling_params", "image_data",
+                                                  "audio_data", "video_data", "priority"),
+                       "LLMServerClient.generate", "gec_agent continues a response through it")
+
+
+def check_reward_manager() -> None:
+    """What ``gec_agent`` scores the first response with (checked where it is first built)."""
+    reward = require_module("verl.trainer.ppo.reward")
+    require_attrs(reward, "load_reward_manager")
+
+
+def check_entropy_grad_loss() -> None:
+    """``algorithm.edge_grpo.entropy_grad``: the actor loss installed with verl's ``set_loss_fn``."""
+    losses = require_module("verl.workers.utils.losses")
+    padding = require_module("verl.workers.utils.padding")
+    engine_workers = require_module("verl.workers.engine_workers")
+    require_attrs(losses, "ppo_loss")
+    require_attrs(padding, "no_padding_2_padding")
+    require_attrs(engine_workers.ActorRolloutRefWorker, "set_loss_fn")
+
+
+def check_fsdp_optimizer_config() -> None:
+    """``lr_scheduler_type: linear`` (``verl_ext.lr_schedule.install``): verl's FSDP optimizer config."""
+    import dataclasses
+
+    from verl.workers.config.optimizer import FSDPOptimizerConfig
+
+    names = {f.name for f in dataclasses.fields(FSDPOptimizerConfig)}
+    for name in ("lr_scheduler_type", "warmup_style", "total_training_steps", "lr_warmup_steps",
+                 "lr_warmup_steps_ratio", "min_lr_ratio"):
+        require(name in names, f"field {name!r} of FSDPOptimizerConfig")
+    require_attrs(FSDPOptimizerConfig, "__post_init__")
+
+
+def check_fsdp_engine(engine_cls: type) -> None:
+    """``lr_scheduler_type: linear``: the FSDP engine method that builds the scheduler."""
+    require_attrs(engine_cls, "_build_lr_scheduler")
+    require_uses(engine_cls._build_lr_scheduler, ("optimizer_config",), "FSDPEngine._build_lr_scheduler")
+
+
+def check_cpu_platform() -> None:
+    """CPU mode (``VERL_PLATFORM=cpu``, ``verl_ext.cpu``), before the platform is installed: verl's platform
+    registry (nothing here may import a verl module that resolves the platform)."""
+    platform = require_module("verl.plugin.platform")
+    require_attrs(platform, "PlatformBase", "PlatformRegistry", "platform_manager")
+    require_attrs(platform.PlatformRegistry, "register")
+    require_attrs(platform.platform_manager, "_current_platform", "set_platform")
+
+
+def check_cpu_mode() -> None:
+    """CPU mode, once the ``cpu`` platform is registered: process group, rollout and checkpoint registries.
+
+    (verl's engine lookup reading ``VERL_ENGINE_DEVICE`` is not checked here: importing the engine module costs
+    seconds, and without it verl fails loudly anyway, with "No engine registered for device='cpu'".)"""
+    distributed = require_module("verl.utils.distributed")
+    require_attrs(distributed, "initialize_global_process_group_ray")
+    require_parameters(distributed.initialize_global_process_group_ray, ("timeout_second", "backend"),
+                       "verl.utils.distributed.initialize_global_process_group_ray")
+    rollout_base = require_module("verl.workers.rollout.base")
+    replica = require_module("verl.workers.rollout.replica")
+    require_attrs(rollout_base, "BaseRollout", "get_rollout_class")
+    # no registration function for server adapters in verl 0.9.1: the hf backend adds its entry to this dict
+    require(isinstance(getattr(rollout_base, "_ROLLOUT_REGISTRY", None), dict),
+            "verl.workers.rollout.base._ROLLOUT_REGISTRY (a dict)")
+    require_uses(rollout_base.get_rollout_class, ("_ROLLOUT_REGISTRY",), "verl.workers.rollout.base.get_rollout_class")
+    require_attrs(replica, "RolloutReplica", "RolloutReplicaRegistry", "TokenOutput")
+    require_attrs(replica.RolloutReplicaRegistry, "register")
+    checkpoint = require_module("verl.checkpoint_engine.base")
+    require_attrs(checkpoint, "CheckpointEngine", "CheckpointEngineRegistry")
+    require_attrs(checkpoint.CheckpointEngineRegistry, "register")
+
+
+def check_file_logger() -> None:
+    """``trainer.file_logger_path`` (``verl_ext.trainer.runner.point_file_logger``): the variable verl's file
+    logger reads its path from."""
+    tracking = require_module("verl.utils.tracking")
+    require_attrs(tracking, "FileLogger")
+    require_uses(tracking.FileLogger.__init__, ("VERL_FILE_LOGGER_PATH",), "verl.utils.tracking.FileLogger")
+
+
+def check_trainers(use_v1: bool) -> None:
+    """The checks of the trainer a run uses (called by ``verl_ext.main`` before Ray starts and by the runners)."""
+    if use_v1:
+        check_v1_trainer()
+    else:
+        check_legacy_trainer()
+    check_file_logger()
