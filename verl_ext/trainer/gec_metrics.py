@@ -33,6 +33,15 @@ def _as_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _uids_and_scores(uid, final_scores, caller: str) -> tuple[np.ndarray, np.ndarray]:
+    """The step's group ids and final sequence scores as arrays, one per row (a length mismatch is an error)."""
+    uid = np.asarray(list(uid), dtype=object)
+    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    if len(uid) != len(scores):
+        raise ValueError(f"{caller}: {len(uid)} uids for {len(scores)} final scores")
+    return uid, scores
+
+
 def _gec_columns(non_tensor_batch: dict, n: int) -> dict[str, list] | None:
     """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
     if KEY_BRANCH in non_tensor_batch:
@@ -81,11 +90,8 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     groups_all_wrong_before, groups_rescued (all wrong before, both correct and wrong after),
     groups_collapsed_before / groups_collapsed_after (identical scores), responses.
     """
-    uid = np.asarray(list(uid), dtype=object)
-    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    uid, scores = _uids_and_scores(uid, final_scores, "gec_step_metrics")
     n = len(scores)
-    if len(uid) != n:
-        raise ValueError(f"gec_step_metrics: {len(uid)} uids for {n} final scores")
     cols = _gec_columns(non_tensor_batch, n)
     if cols is None:
         return {}
@@ -162,11 +168,8 @@ def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_sour
     signal from and GEC is meant to rescue. Keys ``verl_ext/groups_all_wrong_frac`` and
     ``verl_ext/<data_source>/groups_all_wrong_frac``.
     """
-    uid = np.asarray(list(uid), dtype=object)
-    scores = _as_numpy(final_scores).astype(np.float64).reshape(-1)
+    uid, scores = _uids_and_scores(uid, final_scores, "all_wrong_group_metrics")
     n = len(scores)
-    if len(uid) != n:
-        raise ValueError(f"all_wrong_group_metrics: {len(uid)} uids for {n} final scores")
     final = _final_acc(non_tensor_batch, n)
     correct = [a if a is not None else bool(s >= float(correct_threshold)) for a, s in zip(final, scores)]
     cols = _gec_columns(non_tensor_batch, n)
