@@ -16,7 +16,9 @@ _METRIC = re.compile(r"([\w@/.\-]+):(?:np\.float\d+\()?([-+0-9.eE]+|nan|inf)\)?"
 SMALL_RUN = [
     "data.train_batch_size=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-    "actor_rollout_ref.rollout.n=4",
+    # 8 samples per prompt: the warmed-up toy model is sure of many prompts, and with 4 a step whose groups all
+    # share one reward (zero advantages, no update) came up often enough to make "every step trained" flaky
+    "actor_rollout_ref.rollout.n=8",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
     "trainer.val_before_train=False",

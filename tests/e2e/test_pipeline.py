@@ -42,7 +42,7 @@ def test_v1_trainer(run_main, estimator):
     trained(steps)
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
-        assert values["gec/responses"] == 16 and values["gec/reward_after"] >= values["gec/reward_before"]
+        assert values["gec/responses"] == 32 and values["gec/reward_after"] >= values["gec/reward_before"]
         # the step diagnostics, for every estimator (verl's grpo included: a baseline on the same curves)
         assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
                 "verl_ext/response_entropy_std"} <= set(values)
@@ -81,9 +81,13 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
 def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
     # the legacy trainer's save/stop/resume (the v1 trainer's: test_combinations' colocate_async kill-and-resume)
     per_source = "algorithm.gepo.stats_scope=per_data_source"
-    run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
+    first = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
-    assert saved["scopes"] and all(s["num_updates"] == 2 for s in saved["scopes"].values())
+    # one update per step in which the data source had groups (a 4-prompt batch need not hold both sources)
+    logged = first.metrics()[2]
+    assert saved["scopes"] and max(s["num_updates"] for s in saved["scopes"].values()) == 2
+    for scope, state in saved["scopes"].items():
+        assert state["num_updates"] == logged[f"gepo/{scope}/history_updates"] >= 1, (scope, state, logged)
 
     resumed = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
                        "trainer.total_training_steps=3")
@@ -92,5 +96,9 @@ def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
     assert restored, resumed.tail()
     assert json.loads(restored[0].split(": ", 1)[1]) == saved  # the thresholds before the stop, exactly
     after = json.loads((tmp_path / "ckpt" / "global_step_3" / STATE_FILE).read_text())["entropy_history"]
-    for scope in saved["scopes"]:  # then one more EMA update on top of them, not a re-seed
-        assert after["scopes"][scope]["num_updates"] == 3
+    logged = resumed.metrics()[3]
+    for scope, state in saved["scopes"].items():  # then EMA updates on top of them, not a re-seed
+        assert after["scopes"][scope]["num_updates"] == logged[f"gepo/{scope}/history_updates"]
+        assert state["num_updates"] <= after["scopes"][scope]["num_updates"] <= state["num_updates"] + 1
+    total = {name: sum(s["num_updates"] for s in h["scopes"].values()) for name, h in (("saved", saved), ("after", after))}
+    assert total["after"] > total["saved"], total  # step 3 updated at least one scope

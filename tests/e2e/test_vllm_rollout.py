@@ -48,7 +48,7 @@ def trained(steps: dict, n: int, every_step: bool = True) -> None:
 def gec_ran(steps: dict) -> None:
     """GEC corrected wrong responses with every branch (summed over the steps) and logged its metrics each step."""
     for values in steps.values():
-        assert values["gec/responses"] == 16 and values["gec/reward_after"] >= values["gec/reward_before"]
+        assert values["gec/responses"] == 32 and values["gec/reward_after"] >= values["gec/reward_before"]
         assert {"gec/acc_before", "gec/frac_edited", "gec/continuation_tokens", "gec/groups_rescued",
                 "gec/groups_collapsed_before", "gec/groups_collapsed_after"} <= set(values)
     for branch in BRANCHES:
@@ -80,7 +80,9 @@ def test_vllm_v1_trainer_edge_grpo_gec(run_main):
                    "algorithm.gec.mask_injected=true", "trainer.total_training_steps=3", timeout=TIMEOUT)
     served_by_vllm(run)
     steps = run.metrics()
-    trained(steps, 3)
+    # with the injected tokens out of the loss a step can be left without a token of non-zero advantage (e.g. groups
+    # all right, or rescued only by fully injected solutions): seen at one of the 3 steps in 2 of 3 runs
+    trained(steps, 3, every_step=False)
     gec_ran(steps)
     edge_grpo_ran(steps)
     for step, values in steps.items():
