@@ -41,8 +41,9 @@ def test_two_job_multirun_each_job_in_its_own_folder_then_the_report(tmp_path):
     for job, estimator in zip(jobs, ["grpo", "gepo"]):
         steps = read_metrics(job / "metrics.jsonl")
         assert sorted(steps) == [1, 2]
+        assert max(values["actor/grad_norm"] for values in steps.values()) > 0  # updated (see test_pipeline)
         for values in steps.values():
-            assert values["actor/grad_norm"] > 0 and "verl_ext/collapsed_group_frac" in values
+            assert "verl_ext/collapsed_group_frac" in values
             assert ("gepo/H_low" in values) == (estimator == "gepo")
         assert (job / "checkpoints" / "global_step_2" / "actor").is_dir()
         assert (job / ".hydra" / "overrides.yaml").read_text().count(f"algorithm.adv_estimator={estimator}") == 1

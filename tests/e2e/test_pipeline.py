@@ -28,8 +28,10 @@ def validation_untouched_by_gec(steps: dict) -> None:
 
 def trained(steps: dict) -> None:
     assert sorted(steps) == [1, 2], steps.keys()
-    for values in steps.values():
-        assert "actor/pg_loss" in values and values["actor/grad_norm"] > 0
+    assert all("actor/pg_loss" in values for values in steps.values())
+    # a step whose groups all share one reward has zero advantages (no update): the toy model is sure of many
+    # prompts, so one such step in a short run happens; the run must have updated the actor at least once
+    assert max(values["actor/grad_norm"] for values in steps.values()) > 0, steps
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "edge_grpo", "gepo"])

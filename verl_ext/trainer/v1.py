@@ -55,18 +55,22 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         return batch
 
     def _compute_advantage(self, batch, metrics):
-        metrics.update(self._v1_outcome_metrics(batch))
         extension = self._ext_active()
-        # the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
-        # estimators, data_source: verl's own fetch leaves both out
-        fields = ["response_mask"]
+        # one fetch for what verl's own leaves out: the step's outcome (uid, rewards, GEC's fields, data_source) for the
+        # metrics, the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
+        # estimators, data_source
+        fields = ["uid", "rm_scores", "extra_fields", "response_mask", "data_source"]
         if not _bypass_mode(self.config.algorithm):
             fields.append("entropy")
-        if extension:
-            fields.append("data_source")
         extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        data_source = extra.pop("data_source", None)
-        entropy = extra.to_padded_tensor().get("entropy", None)
+        extra_fields = as_object_array(extra.pop("extra_fields"))
+        uid = as_object_array(extra.pop("uid"))
+        data_source = as_object_array(extra.pop("data_source"))
+        padded = extra.to_padded_tensor()
+        entropy = padded.get("entropy", None)
+        metrics.update(self._v1_outcome_metrics(extra_fields, uid, padded["rm_scores"].sum(-1), data_source))
+        if not extension:
+            data_source = None
 
         loss_fields = {}
 
@@ -96,14 +100,8 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         metrics.update(self._history_metrics())
         return super()._compute_metrics(batch, metrics, *args, **kwargs)
 
-    def _v1_outcome_metrics(self, batch) -> dict[str, float]:
+    def _v1_outcome_metrics(self, extra_fields, uid, scores, data_source) -> dict[str, float]:
         """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["uid", "rm_scores", "extra_fields", "response_mask", "data_source"])
-        extra_fields = as_object_array(data.pop("extra_fields"))
-        uid = as_object_array(data.pop("uid"))
-        data_source = as_object_array(data.pop("data_source"))
-        scores = data.to_padded_tensor()["rm_scores"].sum(-1)
         non_tensor = {"extra_fields": extra_fields}
         return {**self._gec_metrics(non_tensor, uid, scores),
                 **self._outcome_metrics(non_tensor, uid, scores, data_source)}
