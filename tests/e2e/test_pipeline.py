@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-
-from verl_ext.trainer.mixin import STATE_FILE
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +40,8 @@ def test_v1_trainer(run_main, estimator):
     trained(steps)
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
-        assert values["gec/responses"] == 32 and values["gec/reward_after"] >= values["gec/reward_before"]
+        # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
+        assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
         # the step diagnostics, for every estimator (verl's grpo included: a baseline on the same curves)
         assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
                 "verl_ext/response_entropy_std"} <= set(values)
@@ -78,29 +75,3 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
     # verl logs the LR after the scheduler step: toy lr 1e-3 decays linearly to 0 over the 2 steps
     assert steps[1]["actor/lr"] == pytest.approx(0.5e-3) and steps[2]["actor/lr"] == pytest.approx(0.0)
     assert "hf_server_1_0" in run.output  # one rollout server per training rank: the sharded path ran
-
-
-def test_gepo_history_survives_save_stop_resume(run_main, tmp_path):
-    # the legacy trainer's save/stop/resume (the v1 trainer's: test_combinations' colocate_async kill-and-resume)
-    per_source = "algorithm.gepo.stats_scope=per_data_source"
-    first = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1")
-    saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
-    # one update per step in which the data source had groups (a 4-prompt batch need not hold both sources)
-    logged = first.metrics()[2]
-    assert saved["scopes"] and max(s["num_updates"] for s in saved["scopes"].values()) == 2
-    for scope, state in saved["scopes"].items():
-        assert state["num_updates"] == logged[f"gepo/{scope}/history_updates"] >= 1, (scope, state, logged)
-
-    resumed = run_main(LEGACY, "algorithm.adv_estimator=gepo", per_source, "trainer.save_freq=1",
-                       "trainer.total_training_steps=3")
-    assert sorted(resumed.metrics()) == [3]  # resumed at step 3, not from scratch
-    restored = [line for line in resumed.lines if "[verl_ext] restored entropy history" in line]
-    assert restored, resumed.tail()
-    assert json.loads(restored[0].split(": ", 1)[1]) == saved  # the thresholds before the stop, exactly
-    after = json.loads((tmp_path / "ckpt" / "global_step_3" / STATE_FILE).read_text())["entropy_history"]
-    logged = resumed.metrics()[3]
-    for scope, state in saved["scopes"].items():  # then EMA updates on top of them, not a re-seed
-        assert after["scopes"][scope]["num_updates"] == logged[f"gepo/{scope}/history_updates"]
-        assert state["num_updates"] <= after["scopes"][scope]["num_updates"] <= state["num_updates"] + 1
-    total = {name: sum(s["num_updates"] for s in h["scopes"].values()) for name, h in (("saved", saved), ("after", after))}
-    assert total["after"] > total["saved"], total  # step 3 updated at least one scope
