@@ -14,13 +14,14 @@ one method, shown as the mean over its seeds with the seeds' range.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from verl_ext.metrics_file import parse_record, read_steps
 
 METRICS_FILE = re.compile(r"^metrics(?:\.(\d+))?\.jsonl$")  # metrics.jsonl, then metrics.1.jsonl, ... on resume
 
@@ -44,34 +45,13 @@ class RunMetrics:
         return [s for s, _ in points], [v for _, v in points]
 
 
-def _as_float(value) -> float | None:
-    if value is None:  # orjson writes NaN/inf as null
-        return math.nan
-    if isinstance(value, (bool, int, float)):
-        return float(value)
-    return None  # strings, lists: not a scalar metric
-
-
-def _parse_record(line: str) -> tuple[int, dict] | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
-        return None
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, (int, float)):
-        return None
-    return int(step), record["data"]
-
-
 def is_metrics_file(path: Path) -> bool:
     """A verl file-logger JSONL: its first non-empty line is a {"step", "data"} record (other JSONL is skipped)."""
     try:
         with open(path) as f:
             for line in f:
                 if line.strip():
-                    return _parse_record(line) is not None
+                    return parse_record(line) is not None
     except (OSError, UnicodeDecodeError):
         return False
     return False
@@ -82,17 +62,10 @@ def read_run(files: list[Path], label: str, source: Path) -> RunMetrics:
     (a resumed run logs again the steps after its checkpoint)."""
     run = RunMetrics(label=label, source=source)
     for path in files:
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                parsed = _parse_record(line)
-                if parsed is None:
-                    run.bad_lines += 1
-                    continue
-                step, data = parsed
-                values = {k: v for k, v in ((k, _as_float(v)) for k, v in data.items()) if v is not None}
-                run.steps.setdefault(step, {}).update(values)
+        steps, bad = read_steps(path)
+        run.bad_lines += bad
+        for step, values in steps.items():
+            run.steps.setdefault(step, {}).update(values)
     return run
 
 

@@ -4,7 +4,6 @@ through verl's own ``file`` logger (``metrics.jsonl``), not the console."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from verl_ext.metrics_file import read_steps
 
 # small and fast on 2 cores; the toy task's files come from the embedded default (hydra_configs/toy_cpu.yaml)
 SMALL_RUN = [
@@ -30,13 +31,9 @@ SMALL_RUN = [
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
-    """{step: {metric: value}} from a verl ``file`` logger JSONL (one ``{"step": N, "data": {...}}`` per line; the
-    validation before training is step 0)."""
-    steps: dict[int, dict[str, float]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            steps.setdefault(int(record["step"]), {}).update(record["data"])
+    """{step: {metric: value}} from a verl ``file`` logger JSONL (the validation before training is step 0)."""
+    steps, bad = read_steps(path)
+    assert bad == 0, f"{path}: {bad} lines are not file-logger records"
     return steps
 
 
