@@ -1,13 +1,14 @@
-"""verl's v1 trainers (``trainer.use_v1=true``; sync, colocate_async, separate_async) with verl_ext's routing.
+"""verl's v1 trainers (``trainer.use_v1=true``: sync, colocate_async, separate_async) with verl_ext's glue.
 
-``_compute_advantage`` fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy`` and
-``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
-trainer_base (looked up at call time) through the shared function for verl_ext estimators (any other estimator:
-verl's own function, and the step diagnostics from its output); everything else in verl's step (KL-in-reward,
-rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
-``gec/...`` metrics are computed here too, for any estimator, and the rows sent to rollout are tagged as training
-(``_next_train_batch``) or validation (``_validate``'s batches) for the ``gec_agent`` loop.  With ``edge_grpo.entropy_grad`` the per-response
-fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
+What the subclass adds to verl's step:
+
+* ``_compute_advantage``: fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy``,
+  ``data_source``, GEC's fields) from TransferQueue, routes verl_ext's estimators through
+  ``advantage.compute_extension_advantage`` (any other estimator stays verl's; its step diagnostics are read from
+  verl's output) and logs the outcome metrics (``gec/...``, all-wrong groups);
+* ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
+* ``on_init_end``: installs the actor loss of ``edge_grpo.entropy_grad``, whose per-response fields go to
+  TransferQueue next to the advantages.
 """
 
 from __future__ import annotations
