@@ -6,7 +6,8 @@ trainer_base (looked up at call time) through the shared function for verl_ext e
 verl's own function, and the step diagnostics from its output); everything else in verl's step (KL-in-reward,
 rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
 ``gec/...`` metrics are computed here too, for any estimator, and the rows sent to rollout are tagged as training
-(``_next_train_batch``) or validation (``_validate``'s batches) for the ``gec_agent`` loop.  With ``edge_grpo.entropy_grad`` the per-response
+(``_next_train_batch``) or validation (``_validate``'s batches) for the ``gec_agent`` loop, and verl's rollout dump
+(``trainer.rollout_data_dir``) gets GEC's columns (``_log_rollout_data``, ``gec_dump.py``).  With ``edge_grpo.entropy_grad`` the per-response
 fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
 """
 
@@ -99,6 +100,33 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         # after verl averaged the step's mini-batch metrics (parameter_sync_step > 1): the history's exact count
         metrics.update(self._history_metrics())
         return super()._compute_metrics(batch, metrics, *args, **kwargs)
+
+    def _log_rollout_data(self, batch, timing_raw, rollout_data_dir):
+        if not self.ext_config.gec.enable:
+            return super()._log_rollout_data(batch, timing_raw, rollout_data_dir)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "responses", "extra_fields", "data_source"])
+        responses = data["responses"]
+        if getattr(responses, "is_nested", False):  # jagged in TransferQueue; the padding lies past every span
+            responses = responses.to_padded_tensor(padding=0)
+        columns = self._gec_dump_columns({"extra_fields": as_object_array(data["extra_fields"])},
+                                         responses, as_object_array(data["uid"]),
+                                         as_object_array(data["data_source"]))
+        # verl's dump sorts the rows and names each by its TransferQueue key ("uid" column): put ours in its order
+        self._ext_dump_rows = ({key: i for i, key in enumerate(batch.keys)}, columns)
+        try:
+            return super()._log_rollout_data(batch, timing_raw, rollout_data_dir)
+        finally:
+            self._ext_dump_rows = None
+
+    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+        pending = getattr(self, "_ext_dump_rows", None)  # set only while _log_rollout_data dumps a training step
+        if pending and pending[1] and "uid" in reward_extra_infos_dict:
+            row_of, columns = pending
+            order = [row_of[key] for key in reward_extra_infos_dict["uid"]]
+            reward_extra_infos_dict = {**reward_extra_infos_dict,
+                                       **{name: [col[i] for i in order] for name, col in columns.items()}}
+        return super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
 
     def _v1_outcome_metrics(self, extra_fields, uid, scores, data_source) -> dict[str, float]:
         """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
