@@ -232,7 +232,8 @@ def card_html(step: int, row: dict, group: Group, member: int, max_chars: int) -
          f'{_fmt(after)}</span>{rescued}</div>'),
         (f'<div class="vec">group before {_vector(group.before, member)}<br>group after&nbsp; '
          f'{_vector(group.after, member)}</div>'),
-        f'<details><summary>prompt ({len(prompt):,} characters)</summary><pre>{_esc(prompt)}</pre></details>',
+        (f'<details{" open" if len(prompt) <= max_chars // 3 else ""}><summary>prompt ({len(prompt):,} characters)'
+         f'</summary><pre>{cut_text(prompt, max_chars)}</pre></details>'),
         '<div class="label">first response (the policy\'s)</div>',
         f"<pre>{cut_text(first, max_chars)}</pre>",
     ]
@@ -284,6 +285,7 @@ def render_page(steps: dict[int, list[dict]], chosen: list[int], per_cell: int, 
            "<h2>Responses per branch and data source (all dumped steps)</h2>", counts_html(steps), LEGEND]
     branches = [b for b in BRANCH_ORDER if any(c[0] == b for c in picked)]
     branches += sorted({b for b, _ in picked} - set(branches))
+    out.append("<p>Branches: " + " · ".join(f'<a href="#{_esc(b)}">{_esc(b)}</a>' for b in branches) + "</p>")
     for branch in branches:
         out.append(f'<h2 id="{_esc(branch)}">branch: {_esc(branch)}</h2>')
         for (b, source), examples in sorted(picked.items()):
