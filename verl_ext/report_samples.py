@@ -168,6 +168,7 @@ pre { white-space: pre-wrap; word-break: break-word; background: #fff; border: 1
 .cut { color: #b00; font-weight: 600; background: #fff3f3; border: 1px dashed #b00; padding: 0 4px; }
 .rescued { color: #fff; background: #2b8a3e; border-radius: 3px; padding: 0 4px; font-size: .85em; }
 .score-up { color: #2b8a3e; font-weight: 700; } .score-same { color: #555; }
+.empty { color: #888; font-style: italic; }
 details > summary { cursor: pointer; font-size: .85em; color: #1c5d99; }
 """
 
@@ -216,6 +217,9 @@ def _vector(values, me: int) -> str:
     return "[" + " ".join(f"<b>{_fmt(v)}</b>" if i == me else _fmt(v) for i, v in enumerate(values)) + "]"
 
 
+EMPTY = '<span class="empty">(empty: the policy ended its response at once)</span>'
+
+
 def card_html(step: int, row: dict, group: Group, member: int, max_chars: int) -> str:
     before, after = row.get(DUMP_SCORE_BEFORE), row.get("score")
     changed = before is not None and after is not None and float(after) != float(before)
@@ -235,7 +239,7 @@ def card_html(step: int, row: dict, group: Group, member: int, max_chars: int) -
         (f'<details{" open" if len(prompt) <= max_chars // 3 else ""}><summary>prompt ({len(prompt):,} characters)'
          f'</summary><pre>{cut_text(prompt, max_chars)}</pre></details>'),
         '<div class="label">first response (the policy\'s)</div>',
-        f"<pre>{cut_text(first, max_chars)}</pre>",
+        f"<pre>{cut_text(first, max_chars) if first else EMPTY}</pre>",
     ]
     if len(first) > max_chars:
         out.append(f"<details><summary>full first response</summary><pre>{_esc(first)}</pre></details>")

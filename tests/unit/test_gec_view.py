@@ -162,6 +162,7 @@ def test_samples_page_from_verls_dump(tok, reward_path, verl_loop, tmp_path, tra
     columns = gec_dump_columns({"extra_fields": [o.extra_fields for o in outs]}, [o.response_ids for o in outs],
                                ["g"] * 4, ["toy"] * 4, _decode(tok))
     columns["gec_first_response"][0] = long_first
+    columns["gec_first_response"][2] = ""  # a policy that ended its response at once (the solution replaced it)
     finals = [_decode(tok)(o.response_ids) for o in outs]
     dump = tmp_path / "run" / "rollouts"
     for step in (1, 2):
@@ -178,6 +179,7 @@ def test_samples_page_from_verls_dump(tok, reward_path, verl_loop, tmp_path, tra
     assert f'seg-continuation" title="continuation (policy) · {len(ids(tok, CONTINUATION)) + 1} tokens">' in page
     assert "seg-solution" in page and "seg-answer" in page and "⟨eos⟩" in page
     assert "characters cut (full text below)" in page and long_first in page  # cut, the whole text one click away
+    assert "(empty: the policy ended its response at once)" in page
     assert "step 2 · group" in page and "step 1 · group" not in page  # only the chosen step
     assert "group before [<b>0</b> 0 0 1]" in page and "group after&nbsp; [<b>1</b> 1 0 1]" in page
     assert "branch: reflect" in page and "branch: none" in page and "data source toy" in page
