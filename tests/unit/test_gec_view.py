@@ -121,13 +121,18 @@ def _decode(tok):
     return lambda x: tok.decode(x, skip_special_tokens=True)
 
 
+def _batch_decode(tok):
+    return lambda pieces: tok.batch_decode(pieces, skip_special_tokens=True)
+
+
 def test_dump_columns_legacy_and_v1(tok, reward_path, verl_loop):
     cfg = GecConfig()
     outs = _outputs(tok, reward_path)
     data = _legacy_batch(tok, reward_path, outs)
-    legacy = gec_dump_columns(data.non_tensor_batch, data.batch["responses"], ["g"] * 4, ["toy"] * 4, _decode(tok))
+    legacy = gec_dump_columns(data.non_tensor_batch, data.batch["responses"], ["g"] * 4, ["toy"] * 4,
+                              _batch_decode(tok))
     v1 = gec_dump_columns({"extra_fields": [o.extra_fields for o in outs]}, [o.response_ids for o in outs],
-                          ["g"] * 4, ["toy"] * 4, _decode(tok))
+                          ["g"] * 4, ["toy"] * 4, _batch_decode(tok))
     assert legacy == v1
     assert v1["gec_branch"] == ["reflect", "answer", "solution", "none"]
     assert v1["gec_score_before"] == [0.0, 0.0, 0.0, 1.0] and v1["gec_correct_before"] == [False] * 3 + [True]
@@ -141,9 +146,9 @@ def test_dump_columns_legacy_and_v1(tok, reward_path, verl_loop):
         assert sum(s["tokens"] for s in segs) == len(out.response_ids)
     assert v1["gec_group"] == ["g"] * 4 and v1["data_source"] == ["toy"] * 4
     # rows of another agent loop (no GEC fields): no columns, or empty cells
-    assert gec_dump_columns({"extra_fields": [{}]}, [[1, 2]], ["g"], None, _decode(tok)) is None
+    assert gec_dump_columns({"extra_fields": [{}]}, [[1, 2]], ["g"], None, _batch_decode(tok)) is None
     mixed = gec_dump_columns({"extra_fields": [outs[0].extra_fields, {}]}, [outs[0].response_ids, [1]], ["g", "h"],
-                             None, _decode(tok))
+                             None, _batch_decode(tok))
     assert mixed["gec_branch"] == ["reflect", None] and mixed["gec_segments"][1] is None
 
 
@@ -160,7 +165,7 @@ def test_samples_page_from_verls_dump(tok, reward_path, verl_loop, tmp_path, tra
     outs = _outputs(tok, reward_path)
     long_first = "x" * 5000  # a long response: cut on the page, with a marker
     columns = gec_dump_columns({"extra_fields": [o.extra_fields for o in outs]}, [o.response_ids for o in outs],
-                               ["g"] * 4, ["toy"] * 4, _decode(tok))
+                               ["g"] * 4, ["toy"] * 4, _batch_decode(tok))
     columns["gec_first_response"][0] = long_first
     columns["gec_first_response"][2] = ""  # a policy that ended its response at once (the solution replaced it)
     finals = [_decode(tok)(o.response_ids) for o in outs]
@@ -187,3 +192,12 @@ def test_samples_page_from_verls_dump(tok, reward_path, verl_loop, tmp_path, tra
         report_main([str(tmp_path / "run"), "--samples", "--steps", "7", "-o", str(tmp_path / "out")])
     with pytest.raises(SystemExit):  # no dump
         report_main([str(tmp_path / "out"), "--samples"])
+
+
+def test_chosen_steps():
+    from verl_ext.report_samples import choose_steps
+
+    assert choose_steps(list(range(1, 11))) == [1, 5, 10]  # first, middle, last
+    assert choose_steps([3, 1]) == [1, 3] and choose_steps([2, 4, 6], [6, 2]) == [2, 6]
+    with pytest.raises(ValueError, match="not in the dump"):
+        choose_steps([1, 2], [3])

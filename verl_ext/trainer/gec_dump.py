@@ -18,7 +18,7 @@ trainers (``legacy.py``, ``v1.py``) hand it the columns built here from the ``ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from verl_ext.rollout.gec import (
     EXTRA_KEYS,
@@ -50,66 +50,63 @@ def _scalar(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def response_segments(response_ids: Sequence[int], spans, decode: Callable[[list[int]], str]) -> list[dict]:
-    """The final response cut along its spans.
-
-    Args:
-        response_ids: the final response's token ids (right padding after the last span is ignored).
-        spans: ``[kind, start, end]`` per piece (``gec.KEY_SPANS``).
-        decode: token ids -> text.
-
-    Returns:
-        ``[{"kind", "text", "tokens"}]`` in order.
-    """
-    ids = _ids(response_ids)
-    return [{"kind": str(kind), "text": decode(ids[int(s):int(e)]), "tokens": int(e) - int(s)}
-            for kind, s, e in spans]
-
-
-def first_response_text(response_ids: Sequence[int], spans, first_ids, decode: Callable[[list[int]], str]) -> str:
-    """The policy's first response: its kept ids when the row has them, else the final response's leading policy
-    span (the first response without its trailing EOS/padding, which a decode that skips special tokens drops
-    anyway); "" when the final response starts with no policy token (an empty first response)."""
-    if first_ids is not None:
-        return decode(_ids(first_ids))
-    if spans and spans[0][0] == SPAN_POLICY and int(spans[0][1]) == 0:
-        return decode(_ids(response_ids)[: int(spans[0][2])])
-    return ""
-
-
 def gec_dump_columns(non_tensor_batch: dict, responses, uid, data_source,
-                     decode: Callable[[list[int]], str]) -> dict[str, list] | None:
+                     batch_decode: Callable[[list[list[int]]], list[str]]) -> dict[str, list] | None:
     """Per-row columns for verl's ``_dump_generations`` (module docstring); None when no row has GEC fields.
 
     Args:
         non_tensor_batch: the step's non-tensor columns: flat ``gec_*`` columns (legacy) or ``extra_fields`` (v1).
-        responses: the final response ids per row (rows may be right-padded).
+        responses: the final response ids per row (rows may be right-padded: only the spans are read).
         uid: the group uid per row.
         data_source: the data source per row (None: not known).
-        decode: token ids -> text (the tokenizer's decode, skipping special tokens, as verl's dump).
+        batch_decode: lists of token ids -> texts (the tokenizer's, skipping special tokens, as verl's dump).
+
+    Returns:
+        ``{column: [value per row]}``; rows without GEC fields (another agent loop) get None cells. The first
+        response is the row's kept ids (``gec_first_response_ids``) when it has them, else the final response's
+        leading ``policy`` piece (the first response less its trailing EOS/padding, which the decode drops anyway);
+        "" when the final response starts with no policy token.
     """
-    rows = [_ids(r) for r in responses]
-    n = len(rows)
+    n = len(responses)
     cols = gec_columns(non_tensor_batch, n, keys=EXTRA_KEYS + (KEY_FIRST_RESPONSE_IDS,))
     if cols is None:
         return None
+    pieces: list[list[int]] = []  # every piece of every row, decoded in one batch
+    plan = []  # per row: None, or (segment piece indices, kinds, token counts, first-response piece index)
+    for i in range(n):
+        spans = cols[KEY_SPANS][i]
+        if cols[KEY_BRANCH][i] is None or spans is None:
+            plan.append(None)
+            continue
+        ids = _ids(responses[i])
+        seg = []
+        for kind, s, e in spans:
+            seg.append((len(pieces), str(kind), int(e) - int(s)))
+            pieces.append(ids[int(s):int(e)])
+        first = cols[KEY_FIRST_RESPONSE_IDS][i]
+        if first is not None:
+            first_at = len(pieces)
+            pieces.append(_ids(first))
+        elif spans and spans[0][0] == SPAN_POLICY and int(spans[0][1]) == 0:
+            first_at = seg[0][0]
+        else:
+            first_at = None
+        plan.append((seg, first_at))
+    texts = batch_decode(pieces) if pieces else []
     out = {DUMP_BRANCH: [], DUMP_SCORE_BEFORE: [], DUMP_CORRECT_BEFORE: [], DUMP_FIRST_RESPONSE: [],
            DUMP_SEGMENTS: [], DUMP_GROUP: [str(_scalar(u)) for u in uid],
            DUMP_DATA_SOURCE: [None if data_source is None else str(_scalar(d)) for d in
                               (data_source if data_source is not None else [None] * n)]}
-    for i, ids in enumerate(rows):
-        branch, spans = cols[KEY_BRANCH][i], cols[KEY_SPANS][i]
-        if branch is None:  # a row another agent loop wrote
+    for i, row_plan in enumerate(plan):
+        if row_plan is None:  # a row another agent loop wrote
             for key in (DUMP_BRANCH, DUMP_SCORE_BEFORE, DUMP_CORRECT_BEFORE, DUMP_FIRST_RESPONSE, DUMP_SEGMENTS):
                 out[key].append(None)
             continue
-        spans = [list(s) for s in spans] if spans is not None else None
-        score = cols[KEY_SCORE_BEFORE][i]
-        correct = cols[KEY_CORRECT_BEFORE][i]
-        out[DUMP_BRANCH].append(str(branch))
+        seg, first_at = row_plan
+        score, correct = cols[KEY_SCORE_BEFORE][i], cols[KEY_CORRECT_BEFORE][i]
+        out[DUMP_BRANCH].append(str(cols[KEY_BRANCH][i]))
         out[DUMP_SCORE_BEFORE].append(None if score is None else float(_scalar(score)))
         out[DUMP_CORRECT_BEFORE].append(None if correct is None else bool(_scalar(correct)))
-        out[DUMP_FIRST_RESPONSE].append(
-            None if spans is None else first_response_text(ids, spans, cols[KEY_FIRST_RESPONSE_IDS][i], decode))
-        out[DUMP_SEGMENTS].append(None if spans is None else response_segments(ids, spans, decode))
+        out[DUMP_FIRST_RESPONSE].append("" if first_at is None else texts[first_at])
+        out[DUMP_SEGMENTS].append([{"kind": kind, "text": texts[k], "tokens": count} for k, kind, count in seg])
     return out

@@ -75,10 +75,10 @@ class EntropyAdvantageMixin:
         if not self.ext_config.gec.enable:
             return {}
 
-        def decode(ids):
-            return self.tokenizer.decode(ids, skip_special_tokens=True)  # as verl's own dump decodes
+        def batch_decode(pieces):
+            return self.tokenizer.batch_decode(pieces, skip_special_tokens=True)  # as verl's own dump decodes
 
-        return gec_dump_columns(non_tensor_batch, responses, uid, data_source, decode) or {}
+        return gec_dump_columns(non_tensor_batch, responses, uid, data_source, batch_decode) or {}
 
     def _ext_rollout_tags(self, num_rows: int, training: bool) -> np.ndarray | None:
         """The ``names.TRAINING_ROLLOUT_KEY`` column for rows sent to rollout (None while GEC is off: verl's batch
