@@ -89,7 +89,22 @@ def test_first_response_ids_kept_only_when_dumping_and_replaced(tok, reward_path
     out = run_loop(tok, dumping(make_config(reward_path, **ONLY["solution"]), on=False), FakeServer(tok))
     assert gec.KEY_FIRST_RESPONSE_IDS not in out.extra_fields
     out = run_loop(tok, dumping(make_config(reward_path, **ONLY["reflect"])), FakeServer(tok))
-    assert gec.KEY_FIRST_RESPONSE_IDS not in out.extra_fields  # the final response starts with it
+    assert out.extra_fields[gec.KEY_FIRST_RESPONSE_IDS] is None  # the final response starts with it
+
+
+def test_legacy_chunks_with_and_without_a_solution_concatenate(tok, reward_path, verl_loop):
+    """The legacy trainer concatenates the agent-loop workers' batches: every chunk must have the same columns."""
+    from verl.protocol import DataProto
+
+    solution = _legacy_batch(tok, reward_path, [run_loop(tok, dumping(make_config(reward_path, **ONLY["solution"])),
+                                                         FakeServer(tok))])
+    reflect = _legacy_batch(tok, reward_path, [run_loop(tok, dumping(make_config(reward_path, **ONLY["reflect"])),
+                                                        FakeServer(tok))])
+    for chunks in ([solution, reflect], [reflect, solution]):
+        data = DataProto.concat(chunks)
+        first = list(data.non_tensor_batch[gec.KEY_FIRST_RESPONSE_IDS])
+        kept = [f for f, b in zip(first, data.non_tensor_batch[gec.KEY_BRANCH]) if b == "solution"]
+        assert len(first) == 2 and kept == [ids(tok, FIRST_WRONG) + [tok.eos_token_id]]
 
 
 def _outputs(tok, reward_path):

@@ -335,6 +335,8 @@ class GecAgentLoop(SingleTurnAgentLoop):
             gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
             gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
         }
+        if self._dumps_rollouts():  # on every row: verl's DataProto.concat needs the same columns in every chunk
+            fields[gec.KEY_FIRST_RESPONSE_IDS] = None
         if branch not in gec.EDIT_BRANCHES:
             fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
             output.extra_fields.update(fields)
