@@ -68,11 +68,14 @@ def load_dump(paths: list[Path]) -> dict[int, list[dict]]:
             files.extend(Path(root) / n for n in sorted(names) if DUMP_FILE.match(n))
     steps: dict[int, list[dict]] = {}
     for path in files:
-        rows = _gec_lines(path)
-        for row in rows:
+        named = DUMP_FILE.match(path.name)
+        for row in _gec_lines(path):
             step = row.get("step")
-            step = int(step) if isinstance(step, (int, float)) else int(DUMP_FILE.match(path.name).group(1))
-            steps.setdefault(step, []).append(row)
+            if not isinstance(step, (int, float)) or isinstance(step, bool):
+                if named is None:
+                    continue  # no step to file it under
+                step = named.group(1)
+            steps.setdefault(int(step), []).append(row)
     return steps
 
 
