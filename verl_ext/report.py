@@ -1,4 +1,5 @@
-"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method]``: figures and a summary table of runs.
+"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method] [--samples]``: figures and a summary
+table of runs; with ``--samples``, also a page of what GEC wrote (``verl_ext.report_samples``).
 
 A RUN is a run folder (``outputs/<experiment>/<time>``), a multirun folder (every job in it becomes a run), or one
 JSONL file.  The metrics are what verl's ``file`` logger wrote (one ``{"step": N, "data": {metric: value}}`` per
@@ -384,17 +385,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=10, help="steps averaged in the summary table (default 10)")
     parser.add_argument("--by-method", action="store_true",
                         help="also a table with one row per method (runs named <method>_seed<N>), mean over seeds")
+    parser.add_argument("--samples", action="store_true",
+                        help="also OUT/samples.html: examples of GEC's edits from the run's rollout dump "
+                             "(trainer.rollout_data_dir inside RUN, or RUN is that folder)")
+    parser.add_argument("--steps", type=str, default=None,
+                        help="with --samples: the steps to take examples from, e.g. 1,5,10 (default: first, "
+                             "middle and last dumped step)")
+    parser.add_argument("--examples", type=int, default=3,
+                        help="with --samples: examples per branch and data source (default 3)")
+    parser.add_argument("--max-chars", type=int, default=1200,
+                        help="with --samples: longer texts are cut in the middle, with a marker (default 1200)")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
+    if args.examples < 1 or args.max_chars < 50:
+        parser.error(f"--examples must be >= 1 and --max-chars >= 50, got {args.examples}, {args.max_chars}")
+    try:
+        steps = [int(s) for s in args.steps.split(",") if s.strip()] if args.steps else None
+    except ValueError:
+        parser.error(f"--steps: comma-separated step numbers, got {args.steps!r}")
     missing = [str(p) for p in args.runs if not p.exists()]
     if missing:
         parser.error(f"not found: {', '.join(missing)}")
     runs = load_runs(args.runs)
-    if not runs:
+    if not runs and not args.samples:
         parser.error("no verl file-logger JSONL (metrics.jsonl) under " + ", ".join(map(str, args.runs))
                      + "; log with trainer.logger including 'file'")
     out = args.out or (args.runs[0] / "report" if len(args.runs) == 1 and args.runs[0].is_dir() else Path("report"))
+    if args.samples:
+        from verl_ext.report_samples import write_samples_page
+
+        try:
+            page = write_samples_page(args.runs, out, steps, per_cell=args.examples, max_chars=args.max_chars)
+        except ValueError as e:
+            parser.error(str(e))
+        print(f"wrote {page}")
+        if not runs:
+            print("no metrics.jsonl: figures and summary skipped")
+            return 0
     for run in runs:
         note = f", {run.bad_lines} unreadable line(s) skipped" if run.bad_lines else ""
         print(f"run {run.label}: {len(run.steps)} logged steps from {run.source}{note}")

@@ -22,6 +22,42 @@ def validation_untouched_by_gec(steps: dict) -> None:
     assert "val-core/toy_add2/acc/mean@1" in values, values
 
 
+def gec_dump_rendered(tmp_path, steps: int = 2) -> str:
+    """verl's rollout dump (``trainer.rollout_data_dir=rollouts``) carries what GEC wrote on every line, and
+    ``report --samples`` renders it; returns the page."""
+    from verl_ext.report import main as report_main
+
+    branches = set()
+    for step in range(1, steps + 1):
+        lines = [json.loads(x) for x in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        assert len(lines) == 32 and all(line["step"] == step for line in lines)
+        for line in lines:
+            branch, first, segments = line["gec_branch"], line["gec_first_response"], line["gec_segments"]
+            branches.add(branch)
+            assert "".join(s["text"] for s in segments) == line["output"], line  # the pieces are the final text
+            kinds = [s["kind"] for s in segments]
+            if branch in ("none", "gated", "answer_no_room"):  # untouched
+                assert kinds == ["policy"] and first == line["output"] and line["score"] == line["gec_score_before"]
+            elif branch == "reflect":
+                assert kinds[-2:] == ["cue", "continuation"] and line["output"].startswith(first), line
+            elif branch == "solution":
+                assert kinds == ["solution", "eos"] and first is not None, line
+            else:  # the answer template after the policy's own response
+                assert kinds[-2:] == ["answer", "eos"] and line["output"].startswith(first), line
+            assert line["gec_correct_before"] == (line["gec_score_before"] >= 1.0) and line["data_source"]
+        groups = {}
+        for line in lines:
+            groups.setdefault(line["gec_group"], []).append(line)
+        assert sorted(len(g) for g in groups.values()) == [8] * 4
+    assert branches & {"reflect", "answer", "solution"}, branches
+    assert report_main([str(tmp_path / "rollouts"), "--samples", "-o", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "samples.html").read_text()
+    for branch in branches:
+        assert f"branch: {branch}</h2>" in page
+    assert page.count('<div class="card">') >= len(branches) and "group before [" in page
+    return page
+
+
 def trained(steps: dict) -> None:
     assert sorted(steps) == [1, 2], steps.keys()
     assert all("actor/pg_loss" in values for values in steps.values())
@@ -31,12 +67,15 @@ def trained(steps: dict) -> None:
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "edge_grpo", "gepo"])
-def test_v1_trainer(run_main, estimator):
+def test_v1_trainer(run_main, tmp_path, estimator):
     # validation once is enough (a random 300 of the held-out rows)
+    # and verl's rollout dump with GEC's columns, rendered by report --samples
     validate = ["trainer.val_before_train=true", "data.val_max_samples=300"] if estimator == "edge_grpo" else []
-    steps = run_main(V1, f"algorithm.adv_estimator={estimator}", *validate).metrics()
+    dump = ["trainer.rollout_data_dir=rollouts"] if estimator == "edge_grpo" else []
+    steps = run_main(V1, f"algorithm.adv_estimator={estimator}", *validate, *dump).metrics()
     if validate:
         validation_untouched_by_gec(steps)
+        gec_dump_rendered(tmp_path)
     trained(steps)
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
@@ -59,13 +98,14 @@ def test_v1_trainer(run_main, estimator):
         assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
 
 
-def test_legacy_trainer_edge_grpo_on_two_ranks(run_main):
+def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
     # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
                    "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
-                   "trainer.val_before_train=true", "data.val_max_samples=300")
+                   "trainer.val_before_train=true", "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts")
     steps = run.metrics()
     validation_untouched_by_gec(steps)
+    gec_dump_rendered(tmp_path)
     trained(steps)
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values

@@ -42,17 +42,18 @@ def _uids_and_scores(uid, final_scores, caller: str) -> tuple[np.ndarray, np.nda
     return uid, scores
 
 
-def _gec_columns(non_tensor_batch: dict, n: int) -> dict[str, list] | None:
-    """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
+def gec_columns(non_tensor_batch: dict, n: int, keys=EXTRA_KEYS) -> dict[str, list] | None:
+    """The per-sample GEC fields ``keys``, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts;
+    None when no row has GEC fields."""
     if KEY_BRANCH in non_tensor_batch:
-        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in EXTRA_KEYS}
+        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in keys}
     extra = non_tensor_batch.get("extra_fields")
     if extra is None:
         return None
     rows = [getattr(r, "data", r) for r in list(extra)]
     if not any(isinstance(r, dict) and KEY_BRANCH in r for r in rows):
         return None
-    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
+    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in keys}
 
 
 def _final_acc(non_tensor_batch: dict, n: int) -> list[bool | None]:
@@ -92,7 +93,7 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     """
     uid, scores = _uids_and_scores(uid, final_scores, "gec_step_metrics")
     n = len(scores)
-    cols = _gec_columns(non_tensor_batch, n)
+    cols = gec_columns(non_tensor_batch, n)
     if cols is None:
         return {}
     branch = cols[KEY_BRANCH]
@@ -172,7 +173,7 @@ def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_sour
     n = len(scores)
     final = _final_acc(non_tensor_batch, n)
     correct = [a if a is not None else bool(s >= float(correct_threshold)) for a, s in zip(final, scores)]
-    cols = _gec_columns(non_tensor_batch, n)
+    cols = gec_columns(non_tensor_batch, n)
     if cols is not None:  # GEC rows: the recorded first-response outcome
         correct = [bool(c) if c is not None else f for c, f in zip(cols[KEY_CORRECT_BEFORE], correct)]
     sources = [None] * n if data_source is None else [str(s) for s in data_source]
