@@ -145,8 +145,8 @@ def test_a_fresh_driver_has_every_registration(runs, run):
 
 
 @pytest.fixture(scope="module")
-def ray_run(runs) -> dict:
-    """After the other processes, alone: Ray's node gives up after 30 s of start-up on a busy machine."""
+def ray_run() -> dict:
+    """Not with the other processes (this test comes after them): Ray's node gives up after 30 s of start-up."""
     return _result(_start(_RAY))[0]
 
 
@@ -164,7 +164,7 @@ def test_a_failing_registration_fails_the_import_that_fired_it(runs):
         assert error is not None, f"importing {target} succeeded with its registration broken"
         assert error["type"] == "PluginHookError" and not error["import_error"]  # no `except ImportError` hides it
         assert error["cause"] == "ModuleNotFoundError"
-        assert error["message"].startswith(f"verl_ext could not {what} after {target} was imported: "
+        assert error["message"].startswith(f"verl_ext could not {what} when {target} was imported: "
                                            "ModuleNotFoundError: ")
         assert error["message"] in stderr  # logged at ERROR too, where it fired
 
@@ -221,7 +221,7 @@ def test_a_failing_hook_is_loud_and_names_the_cause(fresh_module, caplog):
     when_imported(fresh_module, "register the probe", hook)
     with caplog.at_level(logging.ERROR, logger="verl_ext.import_hooks"), pytest.raises(PluginHookError) as e:
         importlib.import_module(fresh_module)
-    message = f"verl_ext could not register the probe after {fresh_module} was imported: ValueError: the registry moved"
+    message = f"verl_ext could not register the probe when {fresh_module} was imported: ValueError: the registry moved"
     assert str(e.value).startswith(message) and isinstance(e.value.__cause__, ValueError)
     assert not isinstance(e.value, ImportError)
     assert any(r.levelno == logging.ERROR and r.getMessage().startswith(message) for r in caplog.records)
