@@ -5,7 +5,10 @@
 verl loads every ``verl.plugins`` entry point from ``verl/__init__.py`` unless ``VERL_USE_EXTERNAL_PLUGINS=none``
 (verl 0.9.1). Each case is a fresh ``python -c`` process, with the plugin (the variable unset: verl's ``auto``) and
 without it (``none``), in alternating order round by round (ABBA) after one warm-up each. Reported: the median wall
-time of the whole process and the median peak RSS (``os.wait4``'s ``ru_maxrss`` of that one child), and the ratios.
+time of the whole process, its CPU time and the median peak RSS (``os.wait4``'s rusage of that one child), and the
+ratios; the wall ratio also as the median of per-round ratios (the two runs of a round see about the same load on a
+shared machine). Load-independent views of the plugin's own cost: one run with ``-X importtime`` (the verl_ext
+modules each case loads, their own code), and ``import verl_ext.plugin`` timed inside a process that imported verl.
 
 Cases:
   * ``import verl``: a process that imports verl but neither the advantage module nor the agent loop (a verl tool,
@@ -25,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -48,14 +52,14 @@ GOAL_WALL_RATIO = 1.05
 GOAL_EXTRA_MIB = 10.0
 
 
-def measure(python: str, code: str, plugin: bool) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one child process; raises if it failed or measured the wrong thing."""
+def measure(python: str, code: str, plugin: bool, flags: tuple[str, ...] = ()) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MiB, output) of one child process; raises if it failed or measured the wrong thing."""
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS")}
     if not plugin:
         env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
     r, w = os.pipe()
     t0 = time.perf_counter()
-    pid = os.posix_spawn(python, [python, "-c", code], env, file_actions=[
+    pid = os.posix_spawn(python, [python, *flags, "-c", code], env, file_actions=[
         (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2), (os.POSIX_SPAWN_CLOSE, r)])
     os.close(w)
     with os.fdopen(r) as pipe:
@@ -67,26 +71,62 @@ def measure(python: str, code: str, plugin: bool) -> tuple[float, float]:
     probe = json.loads(next(line for line in out.splitlines() if line.startswith("PROBE "))[6:])
     if probe["plugin"] != plugin or not probe["ok"]:
         raise RuntimeError(f"child measured the wrong thing (plugin expected {plugin}): {probe}")
-    return wall, usage.ru_maxrss / 1024.0  # Linux: KiB
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out  # ru_maxrss: KiB on Linux
+
+
+PLUGIN_TIMER = r"""
+import time
+import verl  # with VERL_USE_EXTERNAL_PLUGINS=none: verl without the plugin
+t0 = time.perf_counter()
+import verl_ext.plugin  # what verl's entry point runs
+print("PLUGIN_MS", (time.perf_counter() - t0) * 1000.0)
+"""
+
+
+def plugin_import_ms(python: str) -> float:
+    """Milliseconds ``import verl_ext.plugin`` takes in a process that has imported verl (timed in that process)."""
+    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
+    out = subprocess.run([python, "-c", PLUGIN_TIMER], env=env, capture_output=True, text=True, timeout=600,
+                         check=True).stdout
+    return float(next(line for line in out.splitlines() if line.startswith("PLUGIN_MS ")).split()[1])
+
+
+def ext_code_ms(python: str, code: str) -> float:
+    """``python -X importtime``, one run: milliseconds of the verl_ext modules' own code that ``import`` statements
+    load (the hooks' imports; not the plugin module itself, which verl loads through ``importlib``)."""
+    out = measure(python, code, True, ("-X", "importtime"))[3]
+    own = 0.0
+    for line in out.splitlines():
+        if not line.startswith("import time:") or line.count("|") != 2:
+            continue
+        self_us, _, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        if self_us.isdigit() and name.startswith("verl_ext"):
+            own += int(self_us) / 1000.0
+    return own
 
 
 def bench_case(python: str, imports: str, check_registered: bool, repeats: int) -> dict:
     codes = {p: PROBE.format(imports=imports, check_registered=check_registered, plugin=p) for p in (True, False)}
     for plugin in (True, False):  # warm-up: file cache, .pyc files
         measure(python, codes[plugin], plugin)
-    walls: dict[bool, list[float]] = {True: [], False: []}
-    rss: dict[bool, list[float]] = {True: [], False: []}
+    runs: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
     for i in range(repeats):
         order = (True, False) if i % 2 == 0 else (False, True)  # ABBA: neither variant always runs first
         for plugin in order:
-            wall, peak = measure(python, codes[plugin], plugin)
-            walls[plugin].append(wall)
-            rss[plugin].append(peak)
-    med = {p: (statistics.median(walls[p]), statistics.median(rss[p])) for p in (True, False)}
+            runs[plugin].append(measure(python, codes[plugin], plugin)[:3])
+
+    def med(plugin: bool, k: int) -> float:
+        return statistics.median(r[k] for r in runs[plugin])
+
+    paired = statistics.median(w[0] / wo[0] for w, wo in zip(runs[True], runs[False]))  # same round: same load
+    own_ms = ext_code_ms(python, codes[True])
     return {
-        "wall_with": med[True][0], "wall_without": med[False][0], "wall_ratio": med[True][0] / med[False][0],
-        "rss_with": med[True][1], "rss_without": med[False][1], "rss_extra": med[True][1] - med[False][1],
-        "walls": walls, "rss": rss,
+        "wall_with": med(True, 0), "wall_without": med(False, 0), "wall_ratio": med(True, 0) / med(False, 0),
+        "wall_ratio_paired": paired, "cpu_with": med(True, 1), "cpu_without": med(False, 1),
+        "cpu_ratio": med(True, 1) / med(False, 1), "rss_with": med(True, 2), "rss_without": med(False, 2),
+        "rss_extra": med(True, 2) - med(False, 2), "ext_code_ms": own_ms,
+        "runs": runs,
     }
 
 
@@ -102,8 +142,14 @@ def main() -> int:
     for name, (imports, check_registered) in CASES.items():
         r = results[name] = bench_case(args.python, imports, check_registered, args.repeats)
         print(f"{name}:\n  wall  with {r['wall_with']:.2f} s, without {r['wall_without']:.2f} s, "
-              f"ratio {r['wall_ratio']:.3f}x\n  peak RSS  with {r['rss_with']:.1f} MiB, without "
-              f"{r['rss_without']:.1f} MiB, extra {r['rss_extra']:+.1f} MiB")
+              f"ratio {r['wall_ratio']:.3f}x (median of per-round ratios {r['wall_ratio_paired']:.3f}x)\n"
+              f"  CPU   with {r['cpu_with']:.2f} s, without {r['cpu_without']:.2f} s, ratio {r['cpu_ratio']:.3f}x\n"
+              f"  peak RSS  with {r['rss_with']:.1f} MiB, without {r['rss_without']:.1f} MiB, "
+              f"extra {r['rss_extra']:+.1f} MiB\n"
+              f"  verl_ext modules imported by statements, their own code (-X importtime, one run): "
+              f"{r['ext_code_ms']:.1f} ms")
+    timed = statistics.median(plugin_import_ms(args.python) for _ in range(3))
+    print(f"`import verl_ext.plugin` after `import verl`, timed in the process (median of 3): {timed:.1f} ms")
     first = results["import verl"]
     within = first["wall_ratio"] <= GOAL_WALL_RATIO and first["rss_extra"] <= GOAL_EXTRA_MIB
     print(f"goal for `import verl` (<= {GOAL_WALL_RATIO}x wall, <= {GOAL_EXTRA_MIB:.0f} MiB extra): "
