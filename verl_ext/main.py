@@ -33,7 +33,7 @@ def _toy_assets(task: str | None = None):
 
 
 # ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml);
-# ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy_cpu_add.yaml)
+# ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy/add.yaml, `+toy=add`)
 OmegaConf.register_new_resolver("verl_ext_toy", lambda key, task=None: getattr(_toy_assets(task), key), replace=True)
 
 

@@ -47,7 +47,7 @@ def test_evaluate_toy_model_on_five_suites(tmp_path):
     assert prep.returncode == 0, prep.stderr[-3000:]
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "verl_ext.evaluate", "--config-name", "toy_cpu_add", "--model", assets.model_path,
+    cmd = [sys.executable, "-m", "verl_ext.evaluate", "--config-name", "toy_cpu", "--model", assets.model_path,
            "--data", str(data_dir), "--output", str(out), "--label", "toy", "--n-gpus", "1", "--rollout", "hf",
            "--max-tokens", "6", "--max-prompt-length", "32",
            "--reward-path", assets.reward_path, "--reward-name", assets.reward_name, "--timeout", "500"]
