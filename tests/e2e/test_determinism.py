@@ -19,6 +19,11 @@ pytestmark = pytest.mark.e2e
 TIMING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/", "agent_loop/", "time/")
 
 
+# diagnostics that compare the rollout engine's float log-probs with the actor's: the hf server batches the requests
+# that arrive together, and a batch's padding width changes the last bits of its log-probs (never its tokens)
+ENGINE_FLOAT_PREFIXES = ("rollout_corr/", "training/rollout_")
+
+
 def _measured(key: str) -> bool:
     return key.startswith(TIMING_PREFIXES) or "/perf/" in key or "memory" in key
 
@@ -55,9 +60,12 @@ def test_two_seeded_runs_write_the_same_metrics(tmp_path):
     assert [r["step"] for r in a] == [1, 2, 3]
     assert max(r["actor/grad_norm"] for r in a) > 0  # the runs trained (a run of zero-advantage steps proves less)
     for ra, rb in zip(a, b, strict=True):
-        assert len(ra) > 50  # the outcome metrics are compared, not only a few
-        diff = {k: (ra.get(k), rb.get(k)) for k in ra.keys() | rb.keys() if ra.get(k) != rb.get(k)}
+        assert len(ra) > 50 and ra.keys() == rb.keys()  # the outcome metrics are compared, not only a few
+        exact = {k for k in ra if not k.startswith(ENGINE_FLOAT_PREFIXES)}
+        diff = {k: (ra[k], rb[k]) for k in exact if ra[k] != rb[k]}
         assert not diff, f"step {ra['step']}: {sorted(diff.items())[:20]}"
+        for k in ra.keys() - exact:
+            assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k, ra[k], rb[k])
     c = _outcomes(_run(tmp_path, "c", seed=6))
     assert any(ra.get("critic/score/mean") != rc.get("critic/score/mean") or
                ra.get("response_length/mean") != rc.get("response_length/mean") for ra, rc in zip(a, c))
