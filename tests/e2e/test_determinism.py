@@ -40,11 +40,11 @@ def _run(tmp_path, name: str, seed: int) -> list[dict]:
     popen = subprocess.Popen(args, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
     try:
-        stdout, _ = popen.communicate(timeout=600)
+        stdout, _ = popen.communicate(timeout=900)
     except subprocess.TimeoutExpired:
         os.killpg(popen.pid, signal.SIGKILL)
         stdout, _ = popen.communicate()
-        pytest.fail(f"run {name} did not finish in 600 s:\n{stdout[-4000:]}")
+        pytest.fail(f"run {name} did not finish in 900 s:\n{stdout[-4000:]}")
     assert popen.returncode == 0, stdout[-4000:]
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
