@@ -227,7 +227,7 @@ def test_default_cache_dir_env(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------- the reasoning task (the default)
 
-from verl_ext.toy import reason as toy_reason  # noqa: E402
+from verl_ext.toy import reason as toy_reason
 
 SHORT_SFT = {"steps": 40, "examples": 400}
 
@@ -317,7 +317,10 @@ def test_reason_reward(reason_builds):
 def test_reason_data(reason_builds):
     a, _ = reason_builds
     train, val = _rows(a.train_parquet), _rows(a.val_parquet)
-    key = lambda r: (r["data_source"].removesuffix("@greedy"), list(r["prompt"])[0]["content"])  # noqa: E731
+
+    def key(r):
+        return r["data_source"].removesuffix("@greedy"), next(iter(r["prompt"]))["content"]
+
     assert not {key(r) for r in train} & {key(r) for r in val}
     sp = toy_reason.split_problems()
     for source in toy_reason.DATA_SOURCES:

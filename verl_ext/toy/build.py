@@ -139,7 +139,7 @@ def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
         wrong = [_reason.wrong_attempt(source, o, rng) + _reason.CUE for o in ops]
         repaired = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed + 3, prefixes=wrong)
 
-        def acc(outs, prefixes=None):
+        def acc(outs, prefixes=None, truth=truth):
             pre = prefixes or [""] * len(outs)
             return round(sum(_reason.final_answer(p + o["text"]) == t for p, o, t in zip(pre, outs, truth))
                          / len(outs), 4)
