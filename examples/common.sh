@@ -21,7 +21,9 @@ vx_die() {
 
 # vx_method METHOD: sets METHOD_OVERRIDES, the algorithm keys of a method. Every key a row depends on is set, so a
 # row means the same on any config: the EDGE-GRPO paper's four rows (grpo, force_r, force_r_eda, edge_grpo), GEC
-# alone on grpo, EDA alone, and GEPO with statistics over the whole batch or per data_source.
+# alone on grpo, edge_grpo with the degenerate-edit guard (wrong replies with no token of their own before EOS stay
+# uncorrected: algorithm.gec.min_own_tokens=1, docs/toy.md), EDA alone, and GEPO with statistics over the whole batch
+# or per data_source.
 vx_method() {
     case "$1" in
         grpo) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=false) ;;
@@ -33,12 +35,14 @@ vx_method() {
                                      algorithm.gec.mode=gec) ;;
         grpo_gec) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=true
                                     algorithm.gec.mode=gec) ;;
+        edge_grpo_guard) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                           algorithm.gec.mode=gec algorithm.gec.min_own_tokens=1) ;;
         eda) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=false) ;;
         gepo) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
                                 algorithm.gepo.stats_scope=global) ;;
         gepo_per_source) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
                                            algorithm.gepo.stats_scope=per_data_source) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec eda gepo gepo_per_source)" ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source)" ;;
     esac
 }
 

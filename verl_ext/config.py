@@ -144,6 +144,10 @@ class GecConfig:
     mask_injected: bool = False  # original: injected tokens are trained as policy tokens
     solution_key: str = "solution"  # where the reference solution sits: extra_info[solution_key]
     seed: int = 0
+    # opt-in guard, not in the paper (0: off, the paper's behaviour): a wrong response with fewer than this many
+    # tokens of its own (EOS not counted) is left uncorrected (branch too_short, gec/count/too_short), so GRPO
+    # penalises it instead of GEC turning an immediately-ended reply into a correct one
+    min_own_tokens: int = 0
 
     def validate(self, prefix: str = "algorithm.gec") -> "GecConfig":
         _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
@@ -157,6 +161,9 @@ class GecConfig:
                self.max_continuation_tokens, "must be >= 0")
         _check(self.prompt_length_gate is None or self.prompt_length_gate > 0, f"{prefix}.prompt_length_gate",
                self.prompt_length_gate, "must be null or > 0")
+        _check(isinstance(self.min_own_tokens, int) and not isinstance(self.min_own_tokens, bool)
+               and self.min_own_tokens >= 0, f"{prefix}.min_own_tokens", self.min_own_tokens,
+               "must be an integer >= 0 (0: off)")
         return self
 
 

@@ -24,15 +24,17 @@ register_structured_configs()
 RAY_LOG_GRACE_S = 2.0
 
 
-@functools.lru_cache(maxsize=1)
-def _toy_assets():
+@functools.lru_cache(maxsize=2)
+def _toy_assets(task: str | None = None):
     from verl_ext.toy import build_toy_assets
+    from verl_ext.toy.build import DEFAULT_TASK
 
-    return build_toy_assets()
+    return build_toy_assets(task=task or DEFAULT_TASK)
 
 
-# ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml)
-OmegaConf.register_new_resolver("verl_ext_toy", lambda key: getattr(_toy_assets(), key), replace=True)
+# ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml);
+# ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy/add.yaml, `+toy=add`)
+OmegaConf.register_new_resolver("verl_ext_toy", lambda key, task=None: getattr(_toy_assets(task), key), replace=True)
 
 
 def run_dir() -> str:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The side-by-side on the embedded CPU task: every METHOD x SEED with ./train.sh (same seeds for every method), then
 # one report over all of them (python -m verl_ext.report --by-method: a row per method, mean over seeds; PNGs).
-# ~9 minutes per run of 150 steps on 2 cores; JOBS=2 runs two seeds side by side (~1.5x the throughput there).
-#   METHODS  default "grpo edge_grpo eda gepo": GRPO (GEC off), EDGE-GRPO (EDA + GEC), EDA alone, GEPO
-#   SEEDS    default "1 2"
+# Runs are seeded (data order, the hf rollout's sampling, GEC's branch draws), so seeds pair the methods.
+#   METHODS  default "grpo eda grpo_gec edge_grpo gepo edge_grpo_guard": GRPO (GEC off), EDA alone, GEC alone on
+#            GRPO, EDGE-GRPO (EDA + GEC), GEPO, and EDGE-GRPO with the degenerate-edit guard (examples/common.sh)
+#   SEEDS    default "1 2 3"
 #   JOBS     runs at a time, default 1 (one lane per seed: a lane runs its seed's methods one after another)
 #   LAST     training steps averaged in the report's table, default 20
 #   STEPS, DRY_RUN, PYTHON, OUTPUT_ROOT, WANDB_API_KEY: as ./train.sh. Extra arguments go to every run.
@@ -13,8 +14,8 @@ set -euo pipefail
 here="$(dirname "${BASH_SOURCE[0]}")"
 source "$here/../common.sh"
 
-METHODS="${METHODS:-grpo edge_grpo eda gepo}"
-SEEDS="${SEEDS:-1 2}"
+METHODS="${METHODS:-grpo eda grpo_gec edge_grpo gepo edge_grpo_guard}"
+SEEDS="${SEEDS:-1 2 3}"
 JOBS="${JOBS:-1}"
 LAST="${LAST:-20}"
 [[ -z "${RUN_DIR:-}" ]] || vx_die "RUN_DIR is per run; set OUTPUT_ROOT for a comparison"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# One run on the embedded CPU task (hydra_configs/toy_cpu.yaml: the tiny model learns "a+b=?" on verl's real
-# pipeline, ~9 minutes on 2 cores for 150 steps; model, tokenizer and data are built once and cached, see README).
+# One run on the embedded CPU task (hydra_configs/toy_cpu.yaml: the tiny model learns step-by-step additions on verl's
+# real pipeline, 100 steps; model, tokenizer and data are built once and cached, see README).
 #   METHOD  grpo | force_r | force_r_eda | edge_grpo (default) | eda | gepo | gepo_per_source (examples/common.sh)
-#   STEPS   training steps, default 150 (validation every 75, checkpoints every 75: the toy config's)
+#   STEPS   training steps, default 100 (validation at 0 and at the toy config's test_freq, 100; checkpoint at 100)
 #   + common.sh's: DRY_RUN, PYTHON, SEED, OUTPUT_ROOT, RUN_DIR, WANDB_API_KEY. Extra arguments are Hydra overrides
 #   and go last, e.g. trainer.use_v1=true. No GPU: trainer.device=cpu (the toy config's) runs verl on CPU.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 METHOD="${METHOD:-edge_grpo}"
-STEPS="${STEPS:-150}"
+STEPS="${STEPS:-100}"
 
 vx_method "$METHOD"
 vx_run_overrides verl_ext_toy "toy_${METHOD}_seed${SEED}"

@@ -23,7 +23,7 @@ from tests.e2e.conftest import read_metrics
 def test_cpu_grpo_legacy_trainer_with_hf_rollout(tmp_path):
     from verl_ext.toy import build_toy_assets
 
-    assets = build_toy_assets(verbose=False)
+    assets = build_toy_assets(verbose=False, task="add")  # the first toy task: one-token answers
     steps = 3
     overrides = [
         "trainer.use_v1=False",

@@ -24,7 +24,7 @@ def test_evaluate_toy_model_on_five_suites(tmp_path):
     from verl_ext.toy.reward import compute_score as toy_score
     from verl_ext.toy.task import all_pairs, prompt_text
 
-    assets = build_toy_assets(verbose=False)
+    assets = build_toy_assets(verbose=False, task="add")  # the first toy task (its prompts and reward)
     one_digit, _ = all_pairs()  # sums the warmed-up toy model answers, so accuracies are not all zero
     pairs = iter(one_digit)
     suite_dir, data_dir = tmp_path / "raw", tmp_path / "eval"

@@ -105,10 +105,12 @@ def gepo_expect(task: str, method: str, model: str, out: str, **extra) -> dict:
 
 def toy_expect(method: str, seed: str, steps: int, out: str) -> dict:
     estimator = {"grpo": "grpo", "edge_grpo": "edge_grpo", "eda": "edge_grpo", "grpo_gec": "grpo",
-                 "gepo": "gepo", "gepo_per_source": "gepo"}[method]
+                 "edge_grpo_guard": "edge_grpo", "gepo": "gepo", "gepo_per_source": "gepo"}[method]
     paths = run_paths("verl_ext_toy", f"toy_{method}_seed{seed}", out)
     paths.update({"data.seed": int(seed), "actor_rollout_ref.rollout.seed": int(seed)})
-    exp = {"algorithm.adv_estimator": estimator, "algorithm.gec.enable": method in ("edge_grpo", "grpo_gec"),
+    exp = {"algorithm.adv_estimator": estimator,
+           "algorithm.gec.enable": method in ("edge_grpo", "grpo_gec", "edge_grpo_guard"),
+           "algorithm.gec.min_own_tokens": 1 if method == "edge_grpo_guard" else 0,
            "trainer.device": "cpu", "actor_rollout_ref.rollout.name": "hf", "actor_rollout_ref.rollout.n": 8,
            "trainer.total_training_steps": steps, "trainer.logger": ["console", "file"], **paths}
     if method == "gepo_per_source":
@@ -145,13 +147,14 @@ def cases(out: str) -> dict[str, Case]:
         expect=[gepo_expect("mixture", "gepo_per_source", MIXTURE_ENV["MODEL"], out,
                             **{"reward.custom_reward_function.path": "/placeholder/reward.py",
                                "trainer.total_epochs": 1})])
-    c["toy/train.sh"] = Case(expect=[toy_expect("edge_grpo", SEED, 150, out)])
+    c["toy/train.sh"] = Case(expect=[toy_expect("edge_grpo", SEED, 100, out)])
     c["toy/sweep.sh"] = Case(env={"METHODS": "grpo gepo_per_source", "SEEDS": "3 4", "STEPS": "5"},
                              expect=[toy_expect(m, s, 5, out) for s in ("3", "4") for m in ("grpo", "gepo_per_source")])
     # the comparison: the same seeds for every method, one seed's methods after another (JOBS=1)
-    c["toy/compare.sh"] = Case(env={"METHODS": "grpo eda grpo_gec gepo", "SEEDS": "3 4", "STEPS": "5"},
+    # its default METHODS: the six of the comparison (issue 19), the guard's row included
+    c["toy/compare.sh"] = Case(env={"SEEDS": "3 4", "STEPS": "5"},
                                expect=[toy_expect(m, s, 5, out) for s in ("3", "4")
-                                       for m in ("grpo", "eda", "grpo_gec", "gepo")])
+                                       for m in ("grpo", "eda", "grpo_gec", "edge_grpo", "gepo", "edge_grpo_guard")])
     return c
 
 

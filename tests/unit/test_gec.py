@@ -635,3 +635,70 @@ def test_row_sampling_params_override_per_row(tok, reward_path, verl_loop):
         run_loop(tok, make_config(reward_path, enable=enable), server, sampling_params=TRAIN_SP, **row)
         assert len(server.calls) == 1 and server.calls[0]["sampling_params"]["temperature"] == 0.0
         assert server.calls[0]["sampling_params"]["top_p"] == TRAIN_SP["top_p"]  # the rest stays the trainer's
+
+
+# ---------------------------------------------------------------- the degenerate-edit guard (min_own_tokens)
+
+
+def test_guard_rule_and_validation():
+    from verl_ext.config import ConfigError
+
+    off = GecConfig(enable=True)
+    assert off.min_own_tokens == 0  # the paper's behaviour by default
+    on = GecConfig(enable=True, min_own_tokens=2, p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    rng = random.Random(0)
+    kw = dict(prompt_len=5, has_solution=True, rng=rng)
+    assert gec.choose_branch(off, correct=False, own_tokens=0, **kw) != "too_short"
+    assert gec.choose_branch(on, correct=False, own_tokens=0, **kw) == "too_short"
+    assert gec.choose_branch(on, correct=False, own_tokens=1, **kw) == "too_short"
+    assert gec.choose_branch(on, correct=False, own_tokens=2, **kw) == "answer"  # k own tokens: corrected
+    assert gec.choose_branch(on, correct=True, own_tokens=0, **kw) == "none"  # a right reply is never touched
+    assert "too_short" in gec.BRANCHES and "too_short" not in gec.EDIT_BRANCHES
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="min_own_tokens"):
+            GecConfig(enable=True, min_own_tokens=bad).validate()
+    GecConfig(enable=True, min_own_tokens=3).validate()
+
+
+@pytest.mark.parametrize("first,k,expect", [("", 1, "too_short"), ("", 0, "answer"), ("7", 2, "too_short"),
+                                            ("7", 1, "answer"), ("78", 2, "answer")])
+def test_guard_leaves_short_wrong_replies_uncorrected(tok, reward_path, verl_loop, first, k, expect):
+    """An immediately-ended (or k-1 token) wrong reply stays as the policy wrote it: no continuation, no injected
+    tokens, its own EOS, so the reward scores it wrong and GRPO penalises it. Longer ones are corrected as before."""
+    server = FakeServer(tok, first=first)
+    out = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, min_own_tokens=k),
+                   server)
+    assert out.extra_fields["gec_branch"] == expect
+    if expect == "too_short":
+        assert out.response_ids == ids(tok, first) + [tok.eos_token_id] and len(server.calls) == 1
+        assert out.extra_fields["gec_injected_tokens"] == 0 and out.extra_fields["gec_correct_before"] is False
+    else:
+        assert out.extra_fields["gec_injected_tokens"] > 0
+
+
+def test_guard_counted_in_gec_metrics():
+    import numpy as np
+
+    from verl_ext.trainer.gec_metrics import gec_step_metrics
+
+    branches = ["too_short", "too_short", "answer", "none"]
+    cols = {gec.KEY_BRANCH: np.array(branches, dtype=object),
+            gec.KEY_SCORE_BEFORE: np.array([0.0, 0.0, 0.0, 1.0]),
+            gec.KEY_CORRECT_BEFORE: np.array([False, False, False, True], dtype=object),
+            gec.KEY_CONTINUATION_TOKENS: np.zeros(4, dtype=int), gec.KEY_INJECTED_TOKENS: np.array([0, 0, 3, 0]),
+            gec.KEY_TRUNCATED: np.zeros(4, dtype=bool), gec.KEY_RESPONSE_LEN_BEFORE: np.array([1, 1, 4, 3]),
+            gec.KEY_FIRST_HIT_CAP: np.zeros(4, dtype=bool)}
+    m = gec_step_metrics(cols, np.array(["a", "a", "b", "b"], dtype=object), np.array([0.0, 0.0, 1.0, 1.0]),
+                         correct_threshold=1.0)
+    assert m["gec/count/too_short"] == 2.0 and m["gec/count/answer"] == 1.0
+
+
+def test_branch_draw_does_not_depend_on_verls_uid(tok, reward_path, verl_loop):
+    """verl's uid is a fresh uuid in every run: the branch draw must come from what a rerun repeats (the row's
+    position and dataset index, the weight version), so two runs with one seed correct the same responses alike."""
+    config = make_config(reward_path)
+    draws = {}
+    for uid in ("uuid-run-1", "uuid-run-2"):
+        draws[uid] = [run_loop(tok, config, FakeServer(tok), **{**sample(uid=uid), "priority": p}).extra_fields[
+            "gec_branch"] for p in range(12)]
+    assert draws["uuid-run-1"] == draws["uuid-run-2"] and len(set(draws["uuid-run-1"])) > 1

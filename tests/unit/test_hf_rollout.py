@@ -298,3 +298,73 @@ def test_server_loads_weights_and_validates_requests(model_dir):
     with pytest.raises(NotImplementedError, match="repetition_penalty"):
         server._make_request([2, 3], {"repetition_penalty": 1.2})
     assert server._make_request([2, 3], {"repetition_penalty": 1.0}).max_tokens == 6  # verl's default is fine
+
+
+# ---- seeded sampling: one request's tokens depend on rollout.seed and its identity only ---------------------------
+
+
+def test_seeded_request_samples_the_same_alone_or_in_any_batch(model):
+    def req(p, seed):
+        return GenRequest(prompt_ids=p, max_tokens=8, temperature=1.0, ignore_eos=True, seed=seed)
+
+    alone = generate_batch(model, [req(PROMPTS[2], 11)], [EOS], PAD)[0][0]
+    crowd = [req(p, 100 + i) for i, p in enumerate(PROMPTS)]
+    mixed = generate_batch(model, crowd[:2] + [req(PROMPTS[2], 11)] + crowd[3:], [EOS], PAD,
+                           generator=torch.Generator().manual_seed(9))[2][0]
+    shuffled = generate_batch(model, [crowd[4], req(PROMPTS[2], 11), crowd[0]], [EOS], PAD)[1][0]
+    assert alone == mixed == shuffled
+    others = {tuple(generate_batch(model, [req(PROMPTS[2], s)], [EOS], PAD)[0][0]) for s in range(12, 20)}
+    assert len(others | {tuple(alone)}) > 1  # another seed samples differently
+
+
+def test_inverse_cdf_sampling_follows_the_distribution():
+    logits = torch.tensor([[0.0, 1.0, 2.0, -30.0]]).repeat(20000, 1)
+    g = torch.Generator().manual_seed(0)
+    u = torch.rand(20000, generator=g)
+    tokens, logprobs = sample_next_tokens(logits, _rows(20000, 1.0), _rows(20000, -1, torch.long), _rows(20000, 1.0),
+                                          uniforms=u)
+    freq = torch.bincount(tokens, minlength=4).double() / 20000
+    assert freq.tolist() == pytest.approx(torch.softmax(logits[0].double(), -1).tolist(), abs=0.015)
+    assert logprobs == pytest.approx(torch.log_softmax(logits, -1).gather(-1, tokens[:, None]).squeeze(-1))
+    edge = sample_next_tokens(logits[:2], _rows(2, 1.0), _rows(2, 2, torch.long), _rows(2, 1.0),
+                              uniforms=torch.tensor([0.0, 1.0 - 1e-9]))[0]
+    assert set(edge.tolist()) <= {1, 2}  # top-k=2: never a filtered (zero-probability) token, even at u -> 0 or 1
+
+
+def test_server_seeds_requests_by_identity_not_arrival(model_dir):
+    def run(order, seed=5, rid=lambda i: f"det-{i}"):
+        server = _server(model_dir)
+        server.seed = seed
+
+        async def main():
+            sp = {"temperature": 1.0, "max_tokens": 6, "ignore_eos": True}
+            outs = {}
+
+            async def one(i):
+                outs[i] = (await server.generate(PROMPTS[i % 2], sp, request_id=rid(i))).token_ids
+            for i in order:  # arrival order
+                await asyncio.sleep(0)
+                await asyncio.gather(one(i))
+            return outs
+
+        return asyncio.run(main())
+
+    a, b = run([0, 1, 2, 3]), run([3, 1, 0, 2])
+    assert a == b  # verl's det-<row> names: each row samples the same whatever the arrival order
+    assert a[0] != a[2] or a[1] != a[3]  # the same prompt in two rows: two samples, not one repeated
+    assert run([0, 1, 2, 3], seed=6) != a
+    # without det- names (a fresh uuid per request) the k-th request of a prompt at the same weights gets the k-th seed
+    import uuid
+
+    c, d = run([0, 1, 2, 3], rid=lambda i: uuid.uuid4().hex), run([0, 1, 2, 3], rid=lambda i: uuid.uuid4().hex)
+    assert c == d
+
+
+def test_new_weights_restart_the_identities(model_dir, model):
+    server = _server(model_dir)
+    first = server._request_seed("det-0", [1, 2])
+    assert server._request_seed("det-0", [1, 2]) != first  # a repeat at the same weights: the next occurrence
+    asyncio.run(server.load_weights(list(model.state_dict().items()), global_steps=None))
+    assert server._request_seed("det-0", [1, 2]) == first
+    asyncio.run(server.load_weights(list(model.state_dict().items()), global_steps=4))
+    assert server._request_seed("det-0", [1, 2]) != first  # the weight version is part of the identity

@@ -1,4 +1,6 @@
-"""Fast tests for the embedded toy task (verl_ext.toy). One real build (~8 s) per session."""
+"""Fast tests for the embedded toy tasks (verl_ext.toy): the first task ("add", one real build, ~8 s) and the
+reasoning task ("reason", the default; built here with a short warm-up: its data, reward and determinism do not
+depend on the warm-up's length; the full build's step-0 figures are checked in tests/e2e/test_toy_build.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ TEXTS = ["3+4=?", "hello world", "  two  spaces\nnew\n\nlines\ttab ", "\n", " ",
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> ToyAssets:
-    return build_toy_assets(cache_dir=tmp_path_factory.mktemp("toycache"), verbose=False)
+    return build_toy_assets(cache_dir=tmp_path_factory.mktemp("toycache"), verbose=False, task="add")
 
 
 @pytest.fixture(scope="module")
@@ -206,12 +208,12 @@ def test_build_is_cached(assets, monkeypatch):
 
     monkeypatch.setattr(toy_build, "_build_into", boom)
     t0 = time.time()
-    again = build_toy_assets(cache_dir=os.path.dirname(root), verbose=False)
+    again = build_toy_assets(cache_dir=os.path.dirname(root), verbose=False, task="add")
     assert time.time() - t0 < 1.0
     assert not again.built and again.root == root and again.model_path == assets.model_path
     assert again.stats == assets.stats
     with pytest.raises(AssertionError, match="rebuilt"):
-        build_toy_assets(cache_dir=os.path.dirname(root), force=True, verbose=False)
+        build_toy_assets(cache_dir=os.path.dirname(root), force=True, verbose=False, task="add")
     assert os.path.isdir(assets.model_path)  # a failed forced rebuild leaves the cache intact
     assert not [p for p in os.listdir(os.path.dirname(root)) if p.startswith(".building-")]
 
@@ -221,3 +223,143 @@ def test_default_cache_dir_env(monkeypatch, tmp_path):
     assert toy_build.default_cache_dir() == tmp_path
     monkeypatch.delenv("VERL_EXT_CACHE")
     assert str(toy_build.default_cache_dir()).endswith(os.path.join(".cache", "verl_ext", "toy"))
+
+
+# ---------------------------------------------------------------- the reasoning task (the default)
+
+from verl_ext.toy import reason as toy_reason
+
+SHORT_SFT = {"steps": 40, "examples": 400}
+
+
+@pytest.fixture(scope="module")
+def reason_builds(tmp_path_factory):
+    """Two builds of the reasoning task (short warm-up) into two caches: the second must repeat the first."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, **SHORT_SFT})
+    try:
+        a = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_a"), verbose=False)
+        b = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_b"), verbose=False)
+    finally:
+        mp.undo()
+    return a, b
+
+
+def test_reason_is_the_default_task(reason_builds):
+    a, _ = reason_builds
+    assert toy_build.DEFAULT_TASK == "reason" and a.stats["task"] == "reason"
+    assert a.reward_path.endswith("reason_reward.py") and os.path.basename(a.root).startswith("toy-reason-")
+    with pytest.raises(ValueError, match="toy task"):
+        build_toy_assets(task="nope")
+
+
+def test_two_builds_give_identical_weights(reason_builds):
+    from safetensors.torch import load_file
+
+    a, b = reason_builds
+    assert a.root != b.root and a.built and b.built
+    assert a.stats["weights_sha256"] == b.stats["weights_sha256"] == toy_build.weights_sha256(a.model_path)
+    wa, wb = (load_file(os.path.join(x.model_path, "model.safetensors")) for x in (a, b))
+    assert wa.keys() == wb.keys() and all(bool((wa[k] == wb[k]).all()) for k in wa)
+    assert a.stats["step0"] == b.stats["step0"]  # the build's figures come from seeded generation too
+    assert a.stats["sft"]["sft_steps"] == SHORT_SFT["steps"]  # a fixed length, no accuracy-target stop
+
+
+def test_build_prints_fingerprint_and_step0(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, "steps": 2, "examples": 50})
+    assets = build_toy_assets(cache_dir=tmp_path, verbose=True)
+    out = capsys.readouterr().out
+    assert assets.stats["fingerprint"] in out and assets.stats["weights_sha256"][:12] in out
+    for source in toy_reason.DATA_SOURCES:
+        assert f"{source}: acc@T1=" in out
+
+
+def test_reason_solutions_and_answers():
+    assert toy_reason.prompt_text("toy_chain", (3, 4, 2, 5)) == "3+4+2+5="
+    assert toy_reason.prompt_text("toy_bag", (3, 4, 2, 5)) == "{3,4,2,5}="
+    assert toy_reason.solution("toy_chain", (3, 4, 2, 5)) == "3+4=7+2=9+5=14#14"
+    assert toy_reason.solution("toy_bag", (3, 4, 2, 5), order=(3, 0, 2, 1)) == "5+3=8+2=10+4=14#14"
+    assert toy_reason.solution("toy_chain6", (9,) * 6) == "9+9=18+9=27+9=36+9=45+9=54#54"
+    assert toy_reason.solution("toy_chain", (3, 4, 2), error=(0, 1)) == "3+4=8+2=10#10"  # wrong, then consistent
+    rng = __import__("random").Random(0)
+    for source, ops in (("toy_chain", (1, 2, 3)), ("toy_bag", (5, 6, 0, 9)), ("toy_chain6", (1, 0, 9, 9, 2, 3))):
+        sol = toy_reason.solution(source, ops)
+        assert toy_reason.final_answer(sol) == str(sum(ops))
+        for _ in range(20):
+            wrong = toy_reason.wrong_attempt(source, ops, rng)
+            assert toy_reason.final_answer(wrong) != str(sum(ops))
+            assert wrong.count("=") == sol.count("=")  # the same steps, one of them off
+
+
+def test_reason_reward(reason_builds):
+    a, _ = reason_builds
+    spec = importlib.util.spec_from_file_location("reason_reward_under_test", a.reward_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = getattr(mod, a.reward_name)
+
+    def s(text, gt="14"):
+        r = f("toy_chain", text, gt, extra_info={})
+        assert set(r) == {"score", "acc", "format"} and all(isinstance(v, float) for v in r.values())
+        return r
+
+    assert s("3+4=7+2=9+5=14#14") == {"score": 1.0, "acc": 1.0, "format": 1.0}
+    assert s("3+4=7+2=9+5=13#13")["score"] == 0.0 and s("3+4=7+2=9+5=13#13")["format"] == 1.0
+    assert s("3+4=7+2=9+5=13#13!3+4=7+2=9+5=14#14")["score"] == 1.0  # the last answer counts (a repair)
+    assert s("3+4=7+2=9+5=14#14!#13")["score"] == 0.0
+    assert s("3+4=7+2=9+5=13#13!#14")["score"] == 1.0  # GEC's answer template "!#{answer}"
+    assert s("#14<|im_end|>")["score"] == 1.0 and s("#14 ")["score"] == 1.0
+    for bad in ("", "14", "3+4=7+2=9+5=14", "#", "#14x", "#1 4", "<|im_end|>#14"):
+        assert s(bad) == {"score": 0.0, "acc": 0.0, "format": s(bad)["format"]}, bad
+    assert s("")["format"] == 0.0 and s("14")["format"] == 0.0
+
+
+def test_reason_data(reason_builds):
+    a, _ = reason_builds
+    train, val = _rows(a.train_parquet), _rows(a.val_parquet)
+
+    def key(r):
+        return r["data_source"].removesuffix("@greedy"), next(iter(r["prompt"]))["content"]
+
+    assert not {key(r) for r in train} & {key(r) for r in val}
+    sp = toy_reason.split_problems()
+    for source in toy_reason.DATA_SOURCES:
+        sampled = [key(r) for r in val if r["data_source"] == source]
+        greedy = [key(r) for r in val if r["data_source"] == source + "@greedy"]
+        assert len(set(greedy)) == len(greedy) >= 100
+        assert sorted(sampled) == sorted(greedy * toy_reason.VAL_SAMPLES)
+        held_out = {toy_reason.prompt_text(source, o) for o in sp.val[source]}
+        assert {c for _, c in greedy} == held_out
+        # warm-up prompts are neither trained on by RL nor held out; the hard split has none
+        warm = set(sp.warmup.get(source, []))
+        assert not warm & set(sp.val[source]) and not warm & set(sp.train[source])
+    assert "toy_chain6" not in sp.warmup
+    # chain and bag never share an operand tuple (the same digits in the same order)
+    assert not set(sp.val["toy_chain"] + sp.train["toy_chain"]) & set(sp.val["toy_bag"] + sp.train["toy_bag"])
+    assert {r["data_source"] for r in train} == set(toy_reason.DATA_SOURCES)
+    assert 0.15 <= sum(r["data_source"] == "toy_chain6" for r in train) / len(train) <= 0.25
+    for r in train[:50] + val[:50] + val[-50:]:
+        ei, gt = r["extra_info"], r["reward_model"]["ground_truth"]
+        assert gt == str(sum(ei["operands"])) and toy_reason.final_answer(ei["solution"]) == gt
+        assert (ei.get("sampling_params") is not None) == r["data_source"].endswith("@greedy")
+    assert toy_reason.make_rows() == toy_reason.make_rows()
+
+
+def test_reason_fits_the_toy_config(reason_builds):
+    """Prompts fit data.max_prompt_length and the longest solution + EOS fits GEC's first-generation budget."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.main import config_dir
+
+    a, _ = reason_builds
+    cfg = OmegaConf.load(os.path.join(config_dir(), "toy_cpu.yaml"))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(a.model_path)
+    msg = [{"role": "user", "content": toy_reason.prompt_text("toy_chain6", (9,) * 6)}]
+    longest_prompt = len(tok.apply_chat_template(msg, add_generation_prompt=True, tokenize=True))
+    assert longest_prompt <= cfg.data.max_prompt_length
+    first_budget = cfg.data.max_response_length - (len(cfg.algorithm.gec.cue) + cfg.algorithm.gec.max_continuation_tokens)
+    longest = len(toy_reason.solution("toy_chain6", (9,) * 6))
+    assert longest + 1 <= first_budget and longest + 1 <= cfg.algorithm.gec.max_continuation_tokens
+    assert cfg.algorithm.gec.cue == toy_reason.CUE and cfg.algorithm.gec.answer_template == toy_reason.ANSWER_TEMPLATE

@@ -163,6 +163,15 @@ def test_cpu_defaults_for_keys_the_user_did_not_set(installed):
             cfg.actor_rollout_ref.rollout.dtype) == (False, True, "float32")
 
 
+def test_full_determinism_of_the_toy_config_is_turned_off_for_vllm(installed):
+    cfg = make_config(full_determinism=True)  # the toy config's, for the hf backend's seeded sampling
+    assert vllm_cpu.apply_cpu_vllm_rollout_defaults(cfg)[f"{R}.full_determinism"] is False
+    assert cfg.actor_rollout_ref.rollout.full_determinism is False
+    cfg = make_config(full_determinism=True)
+    assert f"{R}.full_determinism" not in vllm_cpu.apply_cpu_vllm_rollout_defaults(cfg, [f"{R}.full_determinism"])
+    assert cfg.actor_rollout_ref.rollout.full_determinism is True  # typed on the command line: kept
+
+
 def test_rollout_dtype_follows_the_actor_and_verls_bf16_default(installed):
     cfg = make_config(param_dtype=None)  # no mixed_precision node: verl's FSDP computes in bf16
     vllm_cpu.apply_cpu_vllm_rollout_defaults(cfg)

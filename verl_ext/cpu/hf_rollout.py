@@ -16,7 +16,10 @@ last arrival, at most 100 ms, at most ``rollout.max_num_seqs``) share one left-p
 the ``n`` samples of a prompt (and all prompts of a step) are generated together, not one after another.
 
 Sampling per request: temperature, top_k, top_p, greedy when temperature <= 0, stop at EOS (unless
-``rollout.ignore_eos``) or after ``max_tokens``. Log-probs follow vLLM's ``logprobs_mode`` (verl's default
+``rollout.ignore_eos``) or after ``max_tokens``. Each request samples from its own generator, seeded by
+``rollout.seed`` and the request's identity (weight version, prompt tokens, and verl's ``det-<row>`` request name
+under ``rollout.full_determinism``, else the request's rank among identical prompts): a request's tokens do not
+depend on arrival order or on the other requests in its batch, so one config and seed give one run. Log-probs follow vLLM's ``logprobs_mode`` (verl's default
 ``processed_logprobs``): log-softmax of the distribution actually sampled from, i.e. logits / temperature with
 top-k/top-p filtering applied in vLLM's order and nucleus rule (with the default top_k=-1, top_p=1 this is exactly
 what the actor recomputes as ``old_log_probs``). ``raw_logprobs`` gives log-softmax of the unscaled logits.
@@ -36,6 +39,7 @@ repetition/presence/frequency penalties and min_p (a request with a non-neutral 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -86,6 +90,13 @@ class GenRequest:
     top_k: int = -1
     top_p: float = 1.0
     ignore_eos: bool = False
+    seed: Optional[int] = None  # this request's own sampling stream (request_seed); None: the batch's generator
+
+
+def request_seed(seed: int, *identity: Any) -> int:
+    """A 63-bit sampling seed from the rollout seed and a request's identity (stable across processes and runs)."""
+    digest = hashlib.sha256(repr((int(seed), *identity)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def sample_next_tokens(
@@ -95,8 +106,12 @@ def sample_next_tokens(
     top_p: torch.Tensor,
     raw_logprobs: bool = False,
     generator: Optional[torch.Generator] = None,
+    uniforms: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row with per-row temperature/top_k/top_p; return (tokens, log-probs).
+
+    ``uniforms`` (one U[0, 1) number per row) samples by inverse CDF, so a row's token depends on its own number and
+    distribution only, not on the other rows of the batch; without it ``torch.multinomial`` draws from ``generator``.
 
     Rows with temperature <= 0 are greedy (argmax of the raw logits, log-probs of softmax(logits)), as in vLLM.
     top_k <= 0 or >= vocab means no top-k; top_p >= 1 means no top-p. The log-prob of the chosen token is taken
@@ -127,7 +142,17 @@ def sample_next_tokens(
         scaled = torch.empty_like(scaled).scatter_(-1, sorted_idx, sorted_vals)
 
     logprobs = torch.log_softmax(scaled, dim=-1)
-    sampled = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    probs = logprobs.exp()
+    if uniforms is not None:
+        cdf = probs.cumsum(-1)
+        target = uniforms.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]
+        sampled = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=vocab - 1)
+        # never a zero-probability token (a cdf step of 0 at the boundary)
+        zero = probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1) <= 0
+        if bool(zero.any()):
+            sampled = torch.where(zero, probs.argmax(-1), sampled)
+    else:
+        sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     tokens = torch.where(greedy, logits.argmax(-1), sampled)
     if raw_logprobs:
         logprobs = torch.log_softmax(logits, dim=-1)
@@ -144,6 +169,9 @@ def generate_batch(
     generator: Optional[torch.Generator] = None,
 ) -> list[tuple[list[int], list[float]]]:
     """Generate for all requests at once: left-pad prompts, prefill once, then decode with the KV cache.
+
+    Requests with a ``seed`` sample from their own generator (one uniform number per token, inverse CDF), so their
+    tokens do not depend on which other requests share the batch; the others draw from ``generator``.
 
     Returns, per request, (response token ids including the EOS it stopped on, per-token log-probs).
     """
@@ -165,6 +193,8 @@ def generate_batch(
     stop_on_eos = torch.tensor([not r.ignore_eos for r in requests])
     eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
     steps = int(max_new.max())
+    seeded = [torch.Generator().manual_seed(int(r.seed)) if r.seed is not None else None for r in requests]
+    own = any(g is not None for g in seeded)
 
     out_tokens = torch.full((bsz, steps), pad_token_id, dtype=torch.long)
     out_logprobs = torch.zeros((bsz, steps))
@@ -181,8 +211,14 @@ def generate_batch(
     logits = out.logits[:, -1, :]
     next_pos = position_ids[:, -1:] + 1
     for step in range(steps):
+        uniforms = None
+        if own:
+            shared = torch.rand(bsz, generator=generator)
+            uniforms = torch.stack([torch.rand(1, generator=g)[0] if g is not None else shared[i]
+                                    for i, g in enumerate(seeded)])
         tokens, logprobs = sample_next_tokens(
-            logits.cpu(), temperature, top_k, top_p, raw_logprobs=raw_logprobs, generator=generator
+            logits.cpu(), temperature, top_k, top_p, raw_logprobs=raw_logprobs, generator=generator,
+            uniforms=uniforms,
         )
         active = ~done
         out_tokens[active, step] = tokens[active]
@@ -241,6 +277,8 @@ class HFRolloutServer:
         self.prompt_length = int(config_value(config, "prompt_length", 512))
         self.response_length = int(config_value(config, "response_length", 512))
         self.max_model_len = int(config_value(config, "max_model_len", 0) or (self.prompt_length + self.response_length))
+        self.seed = int(config_value(config, "seed", 0) or 0)
+        self._occurrences: dict[tuple, int] = {}  # identity -> requests seen with it at the current weights
 
         path = config_value(model_config, "local_path") or config_value(model_config, "path")
         trust_remote_code = bool(config_value(model_config, "trust_remote_code", False))
@@ -323,6 +361,7 @@ class HFRolloutServer:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise NotImplementedError("hf rollout backend supports text-only prompts")
         request = self._make_request(prompt_ids, sampling_params)
+        request.seed = self._request_seed(request_id, request.prompt_ids)
         while self._paused:  # behind a closed gate: wait for resume_generation, or fail when rejecting
             if self._rejecting:
                 return self._aborted_output()
@@ -342,6 +381,18 @@ class HFRolloutServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    def _request_seed(self, request_id: Any, prompt_ids: list[int]) -> int:
+        """The request's sampling seed: ``rollout.seed``, the weight version, the prompt's tokens, and which request
+        it is. verl's agent loops name a request ``det-<row>`` under ``rollout.full_determinism`` (the row's position
+        in the step's batch); otherwise the name is a fresh uuid and the k-th request with the same prompt at the same
+        weights is told apart by k (identical prompts then swap samples with arrival order, nothing else does)."""
+        rid = str(request_id) if request_id is not None else ""
+        name = rid if rid.startswith("det-") else None
+        identity = (self.global_steps, name, hashlib.sha256(repr(prompt_ids).encode()).hexdigest())
+        k = self._occurrences.get(identity, 0)
+        self._occurrences[identity] = k + 1
+        return request_seed(self.seed, *identity, k)
 
     def _aborted_output(self) -> TokenOutput:
         return TokenOutput(
@@ -426,9 +477,12 @@ class HFRolloutServer:
             logger.warning("hf rollout: %d received weights not in the model, e.g. %s", len(unknown), unknown[:5])
         if global_steps is not None:
             self.global_steps = global_steps
+        self._occurrences.clear()  # new weights: identities start over
         return loaded
 
     async def set_global_steps(self, global_steps: int):
+        if global_steps != self.global_steps:
+            self._occurrences.clear()
         self.global_steps = global_steps
 
     async def get_stats(self) -> dict:

@@ -203,6 +203,9 @@ def apply_cpu_vllm_rollout_defaults(config, explicit_keys: Iterable[str] = ()) -
     * ``dtype``: the actor's compute dtype (``actor.fsdp_config.mixed_precision.param_dtype``), so the rollout
       samples from the distribution the actor scores; verl's default ``bfloat16`` against an fp32 actor leaves
       ~1e-2 of rollout/actor log-prob mismatch. An explicit value is kept.
+    * ``full_determinism``: false (the toy config turns it on for the ``hf`` backend's seeded sampling; verl's
+      vLLM server would then switch vLLM to its batch-invariant mode, not made for the CPU build); an explicit
+      ``true`` is kept.
     """
     from omegaconf import open_dict
 
@@ -228,6 +231,8 @@ def apply_cpu_vllm_rollout_defaults(config, explicit_keys: Iterable[str] = ()) -
         raise ConfigError(f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={actor_dtype!r}: the "
                           f"vLLM rollout cannot follow it on CPU; set {ROLLOUT}.dtype to float32, bfloat16 or float16")
     wanted = {"enable_sleep_mode": False, "enforce_eager": True, "dtype": _VLLM_DTYPE.get(actor_dtype)}
+    if bool(rollout.get("full_determinism", False)):
+        wanted["full_determinism"] = False
     changed = {}
     with open_dict(rollout):
         for name, value in wanted.items():

@@ -9,7 +9,10 @@ What the official code does and what this port keeps (docs/edge-grpo.md):
     group keeps its n members;
   * mode ``gec``: one branch per wrong response, drawn with p_reflect / p_answer / p_solution;
     mode ``force_reflect``: always the reflection branch (cue + policy continuation, no ground truth);
-  * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``).
+  * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``);
+  * opt-in, not in the paper (``min_own_tokens`` > 0): a wrong response with fewer than that many tokens of its
+    own is left uncorrected (branch ``too_short``), so an immediately-ended reply cannot be turned into a correct
+    one and GRPO penalises it (docs/toy.md, "the degenerate-edit guard").
 Length budget (the original samples at most 1024 tokens, then continues reflections for 256): on a GEC training
 rollout the first generation is capped by :func:`first_generation_budget` so that every branch that can be drawn
 has room after it; an answer template that still would not fit is not cut but skipped (``answer_no_room``), and
@@ -41,8 +44,9 @@ BRANCH_SOLUTION_FALLBACK = "solution_fallback"  # solution drawn, row has none: 
 BRANCH_SOLUTION_TOO_LONG = "solution_too_long"  # solution drawn, longer than the response budget: answer instead
 BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correction
 BRANCH_ANSWER_NO_ROOM = "answer_no_room"  # answer injection drawn, template + EOS would not fit: left unedited
+BRANCH_TOO_SHORT = "too_short"  # wrong with fewer than min_own_tokens tokens of its own: left unedited (the guard)
 BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK,
-            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM)
+            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_TOO_SHORT)
 EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)
 ANSWER_BRANCHES = (BRANCH_ANSWER, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)  # inject the answer template
 
@@ -147,18 +151,29 @@ def is_gated(cfg, prompt_len: int) -> bool:
     return gate is not None and int(prompt_len) >= int(gate)
 
 
-def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rng: random.Random,
-                  solution_fits: bool = True) -> str:
-    """The branch of one response: none (correct), gated, or an edit (see BRANCHES).
+def is_too_short(cfg, own_tokens: Optional[int]) -> bool:
+    """The degenerate-edit guard: a wrong response with fewer than ``cfg.min_own_tokens`` tokens of its own (its
+    core: the response without the trailing EOS/padding) is not corrected. Off when ``min_own_tokens`` is 0."""
+    k = int(getattr(cfg, "min_own_tokens", 0) or 0)
+    return k > 0 and own_tokens is not None and int(own_tokens) < k
 
-    The gate is checked only for wrong responses (correct ones are ``none`` whatever their prompt length), and
-    no random number is drawn for correct or gated responses. A drawn solution falls back to the answer when the
-    row has none (``solution_fallback``) or when it does not fit the response budget (``solution_too_long``).
+
+def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rng: random.Random,
+                  solution_fits: bool = True, own_tokens: Optional[int] = None) -> str:
+    """The branch of one response: none (correct), gated, too_short, or an edit (see BRANCHES).
+
+    The gate and the guard are checked only for wrong responses (correct ones are ``none`` whatever their prompt
+    length), and no random number is drawn for correct, gated or too-short responses. ``own_tokens``: the
+    response's own tokens without its trailing EOS (:func:`split_terminal`), for the guard (``min_own_tokens``).
+    A drawn solution falls back to the answer when the row has none (``solution_fallback``) or when it does not fit
+    the response budget (``solution_too_long``).
     """
     if correct:
         return BRANCH_NONE
     if is_gated(cfg, prompt_len):
         return BRANCH_GATED
+    if is_too_short(cfg, own_tokens):
+        return BRANCH_TOO_SHORT
     branch = draw_branch(cfg, rng)
     if branch == BRANCH_SOLUTION and not has_solution:
         return BRANCH_SOLUTION_FALLBACK

@@ -271,12 +271,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
         trainer = self.config.get("trainer", None) or {}
         return bool(trainer.get("rollout_data_dir", None))
 
-    def _rng(self, kwargs: dict):
-        parts = [kwargs.get(k) for k in ("uid", "session_id", "priority", "global_steps", "index")]
+    def _rng(self, kwargs: dict, weight_version=None):
+        """The branch draw's generator, from what identifies the sample across runs: its row in the step's batch
+        (``priority``), its dataset row (``index``) and the weights it was generated with -- not verl's ``uid``, a
+        fresh uuid per run, which would make two runs with one seed draw differently."""
+        parts = [kwargs.get(k) for k in ("session_id", "priority", "global_steps", "index")]
         parts = [p.item() if hasattr(p, "item") else p for p in parts]
         if all(p is None for p in parts):
             parts.append(uuid4().hex)  # nothing identifies the sample: an independent draw
-        return gec.sample_rng(self.gec_config.seed, *parts)
+        return gec.sample_rng(self.gec_config.seed, *parts, weight_version)
 
     # ------------------------------------------------------------ run
 
@@ -314,15 +317,16 @@ class GecAgentLoop(SingleTurnAgentLoop):
         score_before, reward_info = await self._score(prompt_ids, response_ids, kwargs, output.extra_fields,
                                                       output.num_turns)
         correct_before = gec.response_is_correct(cfg, score_before, reward_info)
+        core, terminator = gec.split_terminal(response_ids, self._stop_ids())
         branch = gec.choose_branch(
             cfg,
             correct=correct_before,
             prompt_len=len(prompt_ids),
             has_solution=plan.solution_ids is not None,
             solution_fits=plan.solution_fits,
-            rng=self._rng(kwargs),
+            rng=self._rng(kwargs, output.extra_fields.get("global_steps")),
+            own_tokens=len(core),
         )
-        core, terminator = gec.split_terminal(response_ids, self._stop_ids())
         if branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids or []) + 1 > self.response_length:
             branch = gec.BRANCH_ANSWER_NO_ROOM  # never a cut template (no boxed answer, no EOS)
         fields = {

@@ -1,4 +1,10 @@
-"""Build (or reuse) the cached toy assets: tiny Qwen2 + tokenizer, RL parquets, reward file."""
+"""Build (or reuse) the cached toy assets: tiny Qwen2 + tokenizer, RL parquets, reward file.
+
+Two tasks: ``reason`` (the default, ``reason.py``: step-by-step additions with a marked final answer, three data
+sources) and ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). Both builds are
+deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (``reason``; ``add`` keeps
+its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0 figures.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import model as _model
+from . import reason as _reason
 from . import task as _task
 
-BUILD_VERSION = "2"  # 2: two- and three-operand prompts, greedy validation rows
+BUILD_VERSION = "2"  # add task -- 2: two- and three-operand prompts, greedy validation rows
+REASON_VERSION = "1"
 SEED = 0
+TASKS = ("reason", "add")
+DEFAULT_TASK = "reason"
 REWARD_NAME = "compute_score"
-REWARD_PATH = str(Path(__file__).with_name("reward.py").resolve())
+REWARD_PATHS = {"add": str(Path(__file__).with_name("reward.py").resolve()),
+                "reason": str(Path(__file__).with_name("reason_reward.py").resolve())}
+REWARD_PATH = REWARD_PATHS["add"]
 _MANIFEST = "manifest.json"
+
+# The reasoning task's warm-up: a fixed number of steps (the same toy on every run of a machine, whatever its speed).
+# mix_bag: share of toy_bag among the warm-up examples (the rest toy_chain); fix: share of wrong-attempt + cue +
+# correct-solution examples (loss on the cue and the solution only), which teaches what follows the cue.
+REASON_SFT = {"steps": 1000, "lr": 4e-3, "batch": 64, "examples": 8000, "mix_bag": 0.5, "fix": 0.2}
+EVAL_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,11 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/verl_ext/toy").expanduser()
 
 
-def _fingerprint() -> str:
+def _fingerprint(task: str = DEFAULT_TASK) -> str:
+    if task == "reason":
+        spec = {"task": "reason", "v": REASON_VERSION, "seed": SEED, "model": _model.MODEL_KW, "sft": REASON_SFT,
+                "split": [_reason.SPLIT_SEED, _reason.N_VAL, _reason.N_TRAIN, _reason.VAL_SAMPLES]}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     spec = {
         "v": BUILD_VERSION,
         "seed": SEED,
@@ -57,7 +79,7 @@ def _assets_for(root: Path, built: bool, stats: dict) -> ToyAssets:
         model_path=str(root / "model"),
         train_parquet=str(root / "train.parquet"),
         val_parquet=str(root / "val.parquet"),
-        reward_path=REWARD_PATH,
+        reward_path=REWARD_PATHS[stats.get("task", "add")],
         reward_name=REWARD_NAME,
         root=str(root),
         built=built,
@@ -70,7 +92,121 @@ def _is_complete(root: Path) -> bool:
         and (root / "train.parquet").is_file() and (root / "val.parquet").is_file()
 
 
-def _build_into(out: Path, verbose: bool) -> dict:
+def weights_sha256(model_dir: str | os.PathLike) -> str:
+    """sha256 of the saved ``model.safetensors`` (two builds of one recipe on one machine give the same)."""
+    h = hashlib.sha256()
+    with open(Path(model_dir) / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def reason_warmup_examples(split, seed: int = SEED) -> list[tuple[str, str, str]]:
+    """(prompt, context, target) triples of the reasoning task's warm-up (``REASON_SFT``), deterministic."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(REASON_SFT["examples"]):
+        source = _reason.DATA_SOURCE_BAG if rng.random() < REASON_SFT["mix_bag"] else _reason.DATA_SOURCE_CHAIN
+        ops = rng.choice(split.warmup[source])
+        prompt = _reason.prompt_text(source, ops)
+        order = _reason.random_order(ops, rng) if source == _reason.DATA_SOURCE_BAG else None
+        if rng.random() < REASON_SFT["fix"]:
+            wrong_order = _reason.random_order(ops, rng) if order is not None else None
+            out.append((prompt, _reason.wrong_attempt(source, ops, rng, wrong_order) + _reason.CUE,
+                        _reason.solution(source, ops, order=order)))
+        else:
+            out.append((prompt, "", _reason.solution(source, ops, order=order)))
+    return out
+
+
+def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
+    """Per data source, on the held-out prompts: sampled (T = 1) and greedy accuracy, median response length
+    (tokens, EOS included), mean token entropy (nats), the share of sampled replies that use the cue, and the repair
+    rate: accuracy of a T = 1 continuation after a wrong attempt + the cue."""
+    import random
+    import statistics
+
+    rng = random.Random(seed + 7)
+    figures = {}
+    for source in _reason.DATA_SOURCES:
+        ops = split.val[source]
+        prompts = [_reason.prompt_text(source, o) for o in ops]
+        truth = [str(_reason.answer(o)) for o in ops]
+        sampled = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed + 1)
+        greedy = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 0.0, seed=seed + 2)
+        wrong = [_reason.wrong_attempt(source, o, rng) + _reason.CUE for o in ops]
+        repaired = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed + 3, prefixes=wrong)
+
+        def acc(outs, prefixes=None, truth=truth):
+            pre = prefixes or [""] * len(outs)
+            return round(sum(_reason.final_answer(p + o["text"]) == t for p, o, t in zip(pre, outs, truth))
+                         / len(outs), 4)
+
+        figures[source] = {
+            "n": len(ops),
+            "acc_t1": acc(sampled),
+            "acc_greedy": acc(greedy),
+            "median_len": statistics.median(o["n_tokens"] for o in sampled),
+            "entropy": round(statistics.fmean(o["entropy"] for o in sampled), 4),
+            "cue_rate": round(sum(_reason.CUE in o["text"] for o in sampled) / len(sampled), 4),
+            "repair_t1": acc(repaired, wrong),
+        }
+    return figures
+
+
+def _build_reason_into(out: Path, verbose: bool) -> dict:
+    import torch
+
+    from .tokenizer import save_tokenizer
+
+    t0 = time.time()
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True)
+    tok = save_tokenizer(model_dir)
+    split = _reason.split_problems()
+    examples = reason_warmup_examples(split)
+    with torch.random.fork_rng(devices=[]):
+        model = _model.create_model(tok, seed=SEED)
+        sft = _model.sft_warmup_steps(model, tok, examples, seed=SEED, steps=REASON_SFT["steps"],
+                                      lr=REASON_SFT["lr"], batch_size=REASON_SFT["batch"])
+        model.save_pretrained(str(model_dir), safe_serialization=True)
+        gen = _model.generation_config(tok)
+        gen.max_new_tokens = EVAL_MAX_TOKENS
+        gen.save_pretrained(str(model_dir))
+        n_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            figures = reason_step0_figures(model, tok, split)
+        finally:
+            torch.set_num_threads(n_threads)
+
+    train_rows, val_rows = _reason.make_rows()
+    _task.write_parquet(train_rows, str(out / "train.parquet"))
+    _task.write_parquet(val_rows, str(out / "val.parquet"))
+    stats = {
+        "task": "reason",
+        "fingerprint": _fingerprint("reason"),
+        "weights_sha256": weights_sha256(model_dir),
+        "build_seconds": round(time.time() - t0, 2),
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tok),
+        "n_train": {s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES},
+        "n_val": len(val_rows),  # each held-out prompt VAL_SAMPLES times sampled, once greedy
+        "sft": sft,
+        "step0": figures,
+    }
+    with open(out / _MANIFEST, "w") as f:
+        json.dump(stats, f, indent=2)
+    if verbose:
+        print(f"[verl_ext.toy] built in {stats['build_seconds']} s: " + summarize(stats))
+    return stats
+
+
+def _build_into(out: Path, verbose: bool, task: str = "add") -> dict:
+    if task == "reason":
+        return _build_reason_into(out, verbose)
     import torch
 
     from .tokenizer import save_tokenizer
@@ -97,7 +233,9 @@ def _build_into(out: Path, verbose: bool) -> dict:
 
     n_two = sum(r["data_source"] == _task.DATA_SOURCE_TWO for r in train_rows)
     stats = {
-        "fingerprint": _fingerprint(),
+        "task": "add",
+        "fingerprint": _fingerprint("add"),
+        "weights_sha256": weights_sha256(model_dir),
         "build_seconds": round(time.time() - t0, 2),
         "n_params": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tok),
@@ -115,26 +253,37 @@ def _build_into(out: Path, verbose: bool) -> dict:
 
 
 def summarize(stats: dict) -> str:
+    """One line: the toy's task, fingerprint, weights hash and step-0 figures."""
+    head = f"task={stats.get('task', 'add')} fingerprint={stats.get('fingerprint')} " \
+           f"weights={str(stats.get('weights_sha256', '?'))[:12]}"
+    if "step0" in stats:
+        parts = [f"{s}: acc@T1={e['acc_t1']:.3f} greedy={e['acc_greedy']:.3f} len={e['median_len']} "
+                 f"H={e['entropy']:.3f} repair={e['repair_t1']:.3f}" for s, e in stats["step0"].items()]
+        return head + " | step 0: " + "; ".join(parts)
     ev = stats.get("eval", {})
     parts = []
     for k in ("train_one", "val_one", "train_two", "val_two"):
         e = ev.get(k)
         if e and e.get("n"):
             parts.append(f"{k}: acc@T1={e['acc_t1']:.3f} greedy={e['acc_greedy']:.3f} H1={e['entropy_first']:.2f}")
-    return "; ".join(parts)
+    return head + " | " + "; ".join(parts)
 
 
-def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = False, verbose: bool = True) -> ToyAssets:
-    """Build the toy assets once and cache them; later calls return the cached paths.
+def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = False, verbose: bool = True,
+                     task: str = DEFAULT_TASK) -> ToyAssets:
+    """Build the toy assets of ``task`` ("reason", the default, or "add") once and cache them; later calls return
+    the cached paths.
 
     ``cache_dir`` defaults to ``$VERL_EXT_CACHE`` or ``~/.cache/verl_ext/toy``. The assets
     live in a subdirectory named after a fingerprint of the build settings, so changing
     the recipe rebuilds automatically. ``force=True`` rebuilds unconditionally.
     Safe against concurrent builders: each builds in a private temp dir and renames it.
     """
+    if task not in TASKS:
+        raise ValueError(f"toy task {task!r}: must be one of {list(TASKS)}")
     base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     base.mkdir(parents=True, exist_ok=True)
-    root = base / f"toy-{_fingerprint()}"
+    root = base / (f"toy-{_fingerprint(task)}" if task == "add" else f"toy-{task}-{_fingerprint(task)}")
 
     if not force and _is_complete(root):
         with open(root / _MANIFEST) as f:
@@ -143,7 +292,7 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = F
 
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=str(base)))
     try:
-        stats = _build_into(tmp, verbose=verbose)
+        stats = _build_into(tmp, verbose=verbose, task=task)
         if root.exists():
             if not force and _is_complete(root):  # another process won the race
                 shutil.rmtree(tmp, ignore_errors=True)

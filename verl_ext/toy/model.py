@@ -184,3 +184,106 @@ def evaluate(model, tokenizer, examples: list[tuple[str, str]]) -> dict:
         "entropy_first": round(sum(ent) / n, 4),
         "p_first_is_digit": round(sum(fmt) / n, 4),
     }
+
+
+# ---------------------------------------------------------------- the reasoning task (reason.py)
+
+
+def sft_warmup_steps(model, tokenizer, examples: list[tuple[str, str, str]], seed: int, steps: int, lr: float,
+                     batch_size: int, warmup_frac: float = 0.05) -> dict:
+    """Supervised next-token training for a fixed number of steps on (prompt, context, target) triples.
+
+    The response is context + target + EOS; the loss is on target + EOS only (context: a wrong attempt the model
+    reads but is not taught). AdamW with a linear warm-up and cosine decay; single-threaded and seeded, so one machine
+    builds the same weights every time whatever its core count.
+    """
+    g = torch.Generator().manual_seed(seed)
+    seqs, starts = [], []
+    for p, ctx, tgt in examples:
+        pi = _prompt_ids(tokenizer, p) + tokenizer.encode(ctx, add_special_tokens=False)
+        seqs.append(pi + _answer_ids(tokenizer, tgt))
+        starts.append(len(pi))
+    ids, att, pos, labels = _batchify(seqs, tokenizer.pad_token_id, starts)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    n_warm = max(1, int(steps * warmup_frac))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / n_warm if s < n_warm else 0.5 * (1 + math.cos(math.pi * (s - n_warm) / max(1, steps - n_warm))))
+    t0 = time.time()
+    losses = []
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model.train()
+        for _ in range(steps):
+            idx = torch.randint(0, len(seqs), (batch_size,), generator=g)
+            att_b = att[idx]
+            keep = int(att_b.sum(0).nonzero().min())  # drop all-padding columns (left padding)
+            out = model(input_ids=ids[idx, keep:], attention_mask=att_b[:, keep:], position_ids=pos[idx, keep:],
+                        labels=labels[idx, keep:])
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(out.loss.detach()))
+    finally:
+        model.eval()
+        torch.set_num_threads(n_threads)
+    return {"sft_steps": steps, "sft_lr": lr, "sft_batch": batch_size, "sft_examples": len(seqs),
+            "sft_seconds": round(time.time() - t0, 2),
+            "sft_loss_first": round(losses[0], 4) if losses else None,
+            "sft_loss_last": round(sum(losses[-20:]) / max(1, len(losses[-20:])), 4) if losses else None}
+
+
+@torch.no_grad()
+def sample_responses(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float, seed: int,
+                     prefixes: list[str] | None = None) -> list[dict]:
+    """Generate one response per prompt (optionally after a given response prefix); T <= 0 is greedy.
+
+    Returns per prompt: ``text`` (decoded, without EOS), ``n_tokens`` (generated, EOS included) and ``entropy``
+    (mean over the generated tokens of the entropy of the T = 1 next-token distribution, nats).
+    """
+    g = torch.Generator().manual_seed(seed)
+    eos = tokenizer.eos_token_id
+    seqs = []
+    for i, p in enumerate(prompts):
+        ids = _prompt_ids(tokenizer, p)
+        if prefixes is not None:
+            ids = ids + tokenizer.encode(prefixes[i], add_special_tokens=False)
+        seqs.append(ids)
+    n = len(seqs)
+    ids, att, pos, _ = _batchify(seqs, tokenizer.pad_token_id)
+    out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1, :].float()
+    next_pos = pos[:, -1:] + 1
+    out_tok = torch.full((n, max_new_tokens), tokenizer.pad_token_id, dtype=torch.long)
+    out_len = torch.zeros(n, dtype=torch.long)
+    ent_sum = torch.zeros(n)
+    done = torch.zeros(n, dtype=torch.bool)
+    for step in range(max_new_tokens):
+        logp = torch.log_softmax(logits, -1)
+        ent = -(logp.exp() * logp).sum(-1)
+        if temperature > 0:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=g).squeeze(-1)
+        else:
+            nxt = logits.argmax(-1)
+        active = ~done
+        out_tok[active, step] = nxt[active]
+        out_len += active.long()
+        ent_sum += torch.where(active, ent, torch.zeros_like(ent))
+        done |= nxt == eos
+        if bool(done.all()):
+            break
+        att = torch.cat([att, torch.ones((n, 1), dtype=att.dtype)], -1)
+        feed = torch.where(done, torch.full_like(nxt, tokenizer.pad_token_id), nxt).unsqueeze(-1)
+        out = model(input_ids=feed, attention_mask=att, position_ids=next_pos, past_key_values=past, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        next_pos = next_pos + 1
+    tokens = [out_tok[i, : out_len[i]].tolist() for i in range(n)]
+    res = []
+    for i in range(n):
+        toks = tokens[i]
+        body = toks[:-1] if toks and toks[-1] == eos else toks
+        res.append({"text": tokenizer.decode(body, skip_special_tokens=True), "n_tokens": len(toks),
+                    "entropy": float(ent_sum[i]) / max(1, len(toks))})
+    return res
