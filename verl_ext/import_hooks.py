@@ -129,6 +129,8 @@ class _HookedLoader(importlib.abc.Loader):
         _execute(module, self._loader.exec_module)
 
     def __getattr__(self, name):  # get_source, is_package, get_resource_reader, ...: the original's
+        if name == "_loader":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
 
