@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -30,7 +29,7 @@ def compose_run_config(config_name: str, overrides: list[str]) -> DictConfig:
         return compose(config_name=config_name, overrides=overrides)
 
 
-def parse_args(argv: Optional[list[str]] = None):
+def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(prog="python -m verl_ext.dry_run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config-name", "-cn", default="toy_cpu", help="as verl_ext.main (default: toy_cpu)")
@@ -41,7 +40,7 @@ def parse_args(argv: Optional[list[str]] = None):
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
 
 from verl_ext.data.eval_suites import SUITE_BY_NAME, SUITES
 from verl_ext.metrics_file import read_steps
@@ -114,7 +113,7 @@ def read_metrics_console(text: str) -> dict[str, float]:
 
 
 def format_table(label: str, accuracies: dict[str, float], counts: dict[str, int],
-                 paper_rows=PAPER_ROWS, model_size: Optional[str] = None) -> str:
+                 paper_rows=PAPER_ROWS, model_size: str | None = None) -> str:
     """Markdown table in percent: this run's row (weighted average over its problems) above the paper's rows.
 
     With all five suites the paper's rows show the published "Avg (1560)"; with fewer, the paper's rows are
@@ -143,7 +142,7 @@ def format_table(label: str, accuracies: dict[str, float], counts: dict[str, int
 # ---------------------------------------------------------------- the run
 
 
-def find_suite_files(data_dir: str, suites: Optional[list[str]] = None) -> dict[str, str]:
+def find_suite_files(data_dir: str, suites: list[str] | None = None) -> dict[str, str]:
     wanted = suites or [s.name for s in SUITES]
     unknown = [name for name in wanted if name not in SUITE_BY_NAME]
     if unknown:
@@ -216,7 +215,7 @@ def build_overrides(args, files: dict[str, str], total_rows: int, output: str) -
     return ov + list(args.overrides)
 
 
-def parse_args(argv: Optional[list[str]] = None):
+def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(prog="python -m verl_ext.evaluate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="HF model path or name (the base model with --checkpoint)")
@@ -248,7 +247,7 @@ def parse_args(argv: Optional[list[str]] = None):
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = os.path.basename(os.path.normpath(args.checkpoint or args.model))
     output = os.path.abspath(args.output or os.path.join("eval_outputs", f"{name}_{time.strftime('%Y%m%d-%H%M%S')}"))

@@ -75,7 +75,7 @@ def test_evaluate_toy_model_on_five_suites(tmp_path):
     total = sum(SIZES.values())
     right = sum(sum(accs) for accs in per_suite.values())
     assert result["weighted_average"] == pytest.approx(right / total)
-    assert 0 < right  # the warmed-up toy model answers some one-digit sums at T=0.1
+    assert right > 0  # the warmed-up toy model answers some one-digit sums at T=0.1
     # the printed table: this run's row, then the paper's
     table_row = next(line for line in run.stdout.splitlines() if line.startswith("| toy | this run |"))
     cells = [c.strip() for c in table_row.strip("|").split("|")]

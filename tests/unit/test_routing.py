@@ -9,7 +9,6 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
-from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 import verl_ext.algos.registry  # noqa: F401  (registers the estimators)

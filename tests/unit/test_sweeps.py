@@ -17,7 +17,7 @@ CONFIG_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..",
 SWEEPS = sorted(name[:-5] for name in os.listdir(os.path.join(CONFIG_DIR, "sweep")) if name.endswith(".yaml"))
 
 
-@functools.lru_cache(maxsize=None)  # composing verl's config takes a while; each sweep is expanded once
+@functools.cache  # composing verl's config takes a while; each sweep is expanded once
 def sweep_jobs(config_name: str, sweep: str, extra: tuple[str, ...] = ()) -> list:
     """The job configs ``python -m verl_ext.main --config-name <config_name> -m +sweep=<sweep> <extra>`` runs."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

@@ -171,13 +171,15 @@ def test_split_held_out_and_mix(assets):
 def test_model_files_and_config(assets):
     files = set(os.listdir(assets.model_path))
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= files
-    cfg = json.load(open(os.path.join(assets.model_path, "config.json")))
+    with open(os.path.join(assets.model_path, "config.json")) as f:
+        cfg = json.load(f)
     assert cfg["model_type"] == "qwen2" and cfg["hidden_size"] == 64 and cfg["num_hidden_layers"] == 2
     assert cfg["num_attention_heads"] == 2 and cfg["num_key_value_heads"] == 1 and cfg["tie_word_embeddings"]
     # 32: a head size vLLM's CPU attention supports (16 is not), so the vllm rollout backend can serve this model
     assert cfg["hidden_size"] // cfg["num_attention_heads"] == 32
     assert cfg["vocab_size"] == 260
-    gen = json.load(open(os.path.join(assets.model_path, "generation_config.json")))
+    with open(os.path.join(assets.model_path, "generation_config.json")) as f:
+        gen = json.load(f)
     assert gen["eos_token_id"] == 258 and gen["pad_token_id"] == 259
 
 
@@ -227,7 +229,7 @@ def test_default_cache_dir_env(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------- the reasoning task (the default)
 
-from verl_ext.toy import reason as toy_reason
+from verl_ext.toy import reason as toy_reason  # noqa: E402  (the reasoning task's tests start here)
 
 SHORT_SFT = {"steps": 40, "examples": 400}
 

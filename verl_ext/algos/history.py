@@ -36,7 +36,7 @@ class EntropyMoments:
     m2: float
 
     @classmethod
-    def of(cls, values) -> "EntropyMoments":
+    def of(cls, values) -> EntropyMoments:
         """Moments of a 1-D tensor (or sequence) of finite values, in float64."""
         import torch
 
@@ -47,7 +47,7 @@ class EntropyMoments:
         return cls(int(h.numel()), mean.item(), ((h - mean) ** 2).sum().item())
 
     @staticmethod
-    def pooled(parts) -> "EntropyMoments":
+    def pooled(parts) -> EntropyMoments:
         """The moments of the union of ``parts`` (parallel-variance combination; exact up to rounding)."""
         count, mean, m2 = 0, 0.0, 0.0
         for p in parts:

@@ -44,11 +44,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import ray
 import torch
-
 from verl.workers.rollout.base import _ROLLOUT_REGISTRY, BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
@@ -90,7 +89,7 @@ class GenRequest:
     top_k: int = -1
     top_p: float = 1.0
     ignore_eos: bool = False
-    seed: Optional[int] = None  # this request's own sampling stream (request_seed); None: the batch's generator
+    seed: int | None = None  # this request's own sampling stream (request_seed); None: the batch's generator
 
 
 def request_seed(seed: int, *identity: Any) -> int:
@@ -105,8 +104,8 @@ def sample_next_tokens(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     raw_logprobs: bool = False,
-    generator: Optional[torch.Generator] = None,
-    uniforms: Optional[torch.Tensor] = None,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row with per-row temperature/top_k/top_p; return (tokens, log-probs).
 
@@ -166,7 +165,7 @@ def generate_batch(
     eos_token_ids: list[int],
     pad_token_id: int,
     raw_logprobs: bool = False,
-    generator: Optional[torch.Generator] = None,
+    generator: torch.Generator | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """Generate for all requests at once: left-pad prompts, prefill once, then decode with the KV cache.
 
@@ -265,7 +264,7 @@ class HFRolloutServer:
 
         self.config = config
         self.replica_rank = replica_rank
-        self.global_steps: Optional[int] = None
+        self.global_steps: int | None = None
         opts = _engine_kwargs(config)
         if opts.get("num_threads"):
             torch.set_num_threads(int(opts["num_threads"]))
@@ -289,12 +288,12 @@ class HFRolloutServer:
         self.eos_token_ids, self.pad_token_id = self._special_ids(model_config, self.model)
 
         self._queue: list[tuple[GenRequest, asyncio.Future]] = []
-        self._batcher: Optional[asyncio.Task] = None
-        self._lock: Optional[asyncio.Lock] = None  # created lazily on the actor's event loop
+        self._batcher: asyncio.Task | None = None
+        self._lock: asyncio.Lock | None = None  # created lazily on the actor's event loop
         # admission gate, as verl's vLLM server: closed by abort_all_requests, opened by resume_generation
         self._paused = False
         self._rejecting = False
-        self._resumed: Optional[asyncio.Event] = None  # created lazily on the actor's event loop
+        self._resumed: asyncio.Event | None = None  # created lazily on the actor's event loop
         self.num_batches = 0
         self.num_requests = 0
 
@@ -354,8 +353,8 @@ class HFRolloutServer:
         prompt_ids: list[int],
         sampling_params: dict[str, Any],
         request_id: str,
-        image_data: Optional[list[Any]] = None,
-        video_data: Optional[list[Any]] = None,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
         **kwargs: Any,
     ) -> TokenOutput:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
@@ -465,7 +464,7 @@ class HFRolloutServer:
                 loaded += 1
         return loaded, unknown
 
-    async def load_weights(self, named_tensors, global_steps: Optional[int] = None) -> int:
+    async def load_weights(self, named_tensors, global_steps: int | None = None) -> int:
         """Copy ``(name, tensor)`` pairs (HF parameter names) into the model; waits for the running batch."""
         if isinstance(named_tensors, dict):
             named_tensors = list(named_tensors.items())
@@ -490,7 +489,7 @@ class HFRolloutServer:
 
     # ----- lifecycle (nothing to offload on CPU) ---------------------------------------------------------------
 
-    async def wake_up(self, tags: Optional[list[str]] = None, **kwargs):
+    async def wake_up(self, tags: list[str] | None = None, **kwargs):
         return None
 
     async def sleep(self, **kwargs):

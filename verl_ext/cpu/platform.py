@@ -15,7 +15,7 @@ import os
 import sys
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
@@ -122,7 +122,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index) -> None:
         return None
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         return None
 
     def manual_seed(self, seed: int) -> None:

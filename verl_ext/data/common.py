@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 # Qwen2.5-Math's own default system prompt, used by EDGE-GRPO for training and evaluation (docs/edge-grpo.md)
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -60,7 +61,7 @@ def is_saved_dataset(path: str) -> bool:
         os.path.exists(os.path.join(path, name)) for name in ("dataset_dict.json", "state.json"))
 
 
-def load_records(source: str, split: Optional[str] = None, subset: Optional[str] = None) -> list[dict]:
+def load_records(source: str, split: str | None = None, subset: str | None = None) -> list[dict]:
     """Records from a local file, a ``save_to_disk`` folder, or a Hugging Face datasets name (``split``)."""
     if os.path.isfile(source):
         return read_local(source)
@@ -85,7 +86,7 @@ def load_records(source: str, split: Optional[str] = None, subset: Optional[str]
     return [{k: _plain(v) for k, v in r.items()} for r in ds]
 
 
-def pick(record: dict, keys: Iterable[str]) -> tuple[Optional[str], Any]:
+def pick(record: dict, keys: Iterable[str]) -> tuple[str | None, Any]:
     """The first of ``keys`` present with a non-empty value: ``(key, value)`` or ``(None, None)``."""
     for key in keys:
         value = record.get(key)
@@ -108,14 +109,14 @@ def answer_text(value: Any) -> str:
     return text
 
 
-def chat_prompt(problem: str, system_prompt: Optional[str] = SYSTEM_PROMPT) -> list[dict]:
+def chat_prompt(problem: str, system_prompt: str | None = SYSTEM_PROMPT) -> list[dict]:
     """The Qwen2.5-Math chat: system prompt (None: left out) then the problem as the user turn."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return messages + [{"role": "user", "content": problem}]
 
 
-def verl_row(data_source: str, problem: str, answer: str, split: str, index: int, extra: Optional[dict] = None,
-             system_prompt: Optional[str] = SYSTEM_PROMPT) -> dict:
+def verl_row(data_source: str, problem: str, answer: str, split: str, index: int, extra: dict | None = None,
+             system_prompt: str | None = SYSTEM_PROMPT) -> dict:
     """One row in verl's RL parquet layout (as verl's examples/data_preprocess scripts write them)."""
     return {
         "data_source": data_source,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
 
 from verl_ext.data.common import SYSTEM_PROMPT, DataError, answer_text, load_records, pick, verl_row, write_parquet
 
@@ -34,8 +33,8 @@ SOLUTION_KEYS = ("solution", "reference_solution")
 
 
 def build_rows(records: list[dict], *, data_source: str = DATA_SOURCE, split: str = "train",
-               system_prompt: Optional[str] = SYSTEM_PROMPT, problem_key: Optional[str] = None,
-               answer_key: Optional[str] = None, solution_key: Optional[str] = None) -> list[dict]:
+               system_prompt: str | None = SYSTEM_PROMPT, problem_key: str | None = None,
+               answer_key: str | None = None, solution_key: str | None = None) -> list[dict]:
     rows = []
     for index, record in enumerate(records):
         _, problem = pick(record, [problem_key] if problem_key else PROBLEM_KEYS)
@@ -56,7 +55,7 @@ def build_rows(records: list[dict], *, data_source: str = DATA_SOURCE, split: st
     return rows
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m verl_ext.data.deepscaler", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", required=True, help="local .json/.jsonl/.parquet, save_to_disk folder, or HF name")
     p.add_argument("--output", required=True, help="output folder")

@@ -28,7 +28,6 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
 
 from verl_ext.data.common import (
     LOCAL_SUFFIXES,
@@ -64,7 +63,7 @@ ANSWER_KEYS = ("answer", "final_answer", "expected_answer", "Answer", "gt_answer
 SOLUTION_KEYS = ("solution", "Solution")
 
 
-def suite_of(name: str) -> Optional[Suite]:
+def suite_of(name: str) -> Suite | None:
     """The suite a split or file stem names (case- and separator-insensitive), or None."""
     key = name.lower().replace("-", "_")
     for suite in SUITES:
@@ -73,8 +72,8 @@ def suite_of(name: str) -> Optional[Suite]:
     return None
 
 
-def build_rows(suite: Suite, records: list[dict], *, system_prompt: Optional[str] = SYSTEM_PROMPT,
-               problem_key: Optional[str] = None, answer_key: Optional[str] = None) -> list[dict]:
+def build_rows(suite: Suite, records: list[dict], *, system_prompt: str | None = SYSTEM_PROMPT,
+               problem_key: str | None = None, answer_key: str | None = None) -> list[dict]:
     rows = []
     for index, record in enumerate(records):
         _, problem = pick(record, [problem_key] if problem_key else PROBLEM_KEYS)
@@ -95,11 +94,11 @@ def build_rows(suite: Suite, records: list[dict], *, system_prompt: Optional[str
     return rows
 
 
-def collect_sources(inputs: list[str], suite_args: list[str]) -> dict[str, tuple[str, Optional[str]]]:
+def collect_sources(inputs: list[str], suite_args: list[str]) -> dict[str, tuple[str, str | None]]:
     """{suite name: (source, split)} from --input folders and --suite NAME=SOURCE[@SPLIT] arguments."""
-    sources: dict[str, tuple[str, Optional[str]]] = {}
+    sources: dict[str, tuple[str, str | None]] = {}
 
-    def add(suite: Suite, source: str, split: Optional[str], origin: str):
+    def add(suite: Suite, source: str, split: str | None, origin: str):
         if suite.name in sources:
             raise DataError(f"suite {suite.name} given twice ({sources[suite.name][0]} and {origin})")
         sources[suite.name] = (source, split)
@@ -135,8 +134,8 @@ def collect_sources(inputs: list[str], suite_args: list[str]) -> dict[str, tuple
     return sources
 
 
-def prepare(sources: dict[str, tuple[str, Optional[str]]], output: str, *, system_prompt: Optional[str] = SYSTEM_PROMPT,
-            problem_key: Optional[str] = None, answer_key: Optional[str] = None,
+def prepare(sources: dict[str, tuple[str, str | None]], output: str, *, system_prompt: str | None = SYSTEM_PROMPT,
+            problem_key: str | None = None, answer_key: str | None = None,
             strict_counts: bool = False) -> dict[str, tuple[str, int]]:
     """Write one parquet per suite (in SUITES order); {suite: (path, rows)}."""
     written = {}
@@ -155,7 +154,7 @@ def prepare(sources: dict[str, tuple[str, Optional[str]]], output: str, *, syste
     return written
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m verl_ext.data.eval_suites", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="DatasetDict folder or folder of suite files")
     p.add_argument("--suite", action="append", default=[], metavar="NAME=SOURCE[@SPLIT]")

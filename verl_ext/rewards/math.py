@@ -33,7 +33,7 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from verl.utils.reward_score.math_dapo import last_boxed_only_string, remove_boxed
 from verl.utils.reward_score.math_reward import is_equiv
@@ -61,7 +61,7 @@ _VERL_CALL_KWARGS = {"reward_router_address", "reward_model_tokenizer", "sandbox
 _warned_unknown: set[str] = set()
 
 
-def extract_boxed_answer(text: str) -> Optional[str]:
+def extract_boxed_answer(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (brace matching), or None when there is none or it is not closed."""
     boxed = last_boxed_only_string(text)
     return None if boxed is None else remove_boxed(boxed)

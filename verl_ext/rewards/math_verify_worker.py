@@ -21,8 +21,8 @@ if __name__ == "__main__":
     # ``math.py``, which would shadow the standard library's ``math`` for sympy.
     sys.path.pop(0)
 
-import json  # noqa: E402
-import os  # noqa: E402
+import json
+import os
 
 READY = {"ready": True}
 

@@ -20,7 +20,7 @@ import select
 import subprocess
 import threading
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 
 class WorkerTimeout(Exception):
@@ -193,7 +193,7 @@ def shared_pool(argv: Sequence[str], max_workers: int, startup_timeout: float = 
     """One pool per (argv, max_workers) in this process, closed at exit; a forked child gets a fresh one."""
     key = (tuple(argv), int(max_workers))
     with _pools_lock:
-        pool: Optional[SubprocessPool] = _pools.get(key)
+        pool: SubprocessPool | None = _pools.get(key)
         if pool is None or not pool.owned_by_this_process():
             pool = SubprocessPool(argv, max_workers, startup_timeout)
             _pools[key] = pool
