@@ -151,6 +151,11 @@ def check_v1_trainer() -> None:
     require_uses(trainer._compute_old_log_prob, ("entropy",), "PPOTrainer._compute_old_log_prob",
                  "verl_ext reads the old-log-prob pass's entropy from TransferQueue under this name")
     require_uses(trainer._add_batch_to_generate, ("_next_train_batch",), "PPOTrainer._add_batch_to_generate")
+    # verl_ext.trainer.v1.real_rows: verl's padding rows carry this tag (verl's own metrics filter on it too)
+    padding = require_module("verl.trainer.ppo.padding_utils")
+    require_uses(padding.construct_minimal_padding_template, ("is_padding",),
+                 "verl.trainer.ppo.padding_utils.construct_minimal_padding_template",
+                 "verl_ext leaves the rows verl pads the batch with out of its statistics by this tag")
     require_uses(trainer._validate, ("val_dataloader", "raw_prompt"), "PPOTrainer._validate",
                  "verl_ext tags validation rows as they come out of val_dataloader")
 

@@ -77,9 +77,10 @@ class EntropyAdvantageMixin:
         column[:] = bool(training)
         return column
 
-    def _ext_compute_advantage(self, data: DataProto) -> DataProto:
+    def _ext_compute_advantage(self, data: DataProto, rows: np.ndarray | None = None) -> DataProto:
+        """verl_ext's estimator on ``data`` (only ``rows``, when given: see ``compute_extension_advantage``)."""
         data, metrics = compute_extension_advantage(
-            data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history
+            data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history, rows
         )
         metrics.update(self._history_metrics())
         self._ext_metrics = metrics
