@@ -264,6 +264,18 @@ def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
     return found
 
 
+def bypass_mode(config: Any) -> bool:
+    """``algorithm.rollout_correction.bypass_mode`` of a run config (read as verl reads it): verl then takes the
+    rollout's log-probs as ``old_log_probs`` and skips the old-log-prob pass, and with it the per-token entropy."""
+    return bool(config_value(config, "algorithm.rollout_correction.bypass_mode", False))
+
+
+def needs_entropy(estimator: str, ext: ExtAlgorithmConfig) -> bool:
+    """Whether ``estimator`` with these settings reads the old-log-prob pass's per-token entropy."""
+    return estimator == "edge_grpo" or (
+        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy"))
+
+
 def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     """Start-up checks of a composed run config (verl's ppo_trainer plus verl_ext's nodes); returns the ext config.
 
@@ -279,19 +291,19 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     estimator = str(algorithm.adv_estimator)
     rollout = config.actor_rollout_ref.rollout
     rollout_corr = config_value(algorithm, "rollout_correction", {})
-    bypass = bool(config_value(rollout_corr, "bypass_mode", False))
+    bypass = bypass_mode(config)
     n = int(config_value(rollout, "n", 1))
     gec = ext.gec
     validate_feature_combinations(config, ext)
     validate_entropy_grad(config)
 
-    needs_entropy = estimator == "edge_grpo" or (
-        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
-    )
-    if needs_entropy and bypass:
+    if bypass and needs_entropy(estimator, ext):
+        what = estimator if estimator == "edge_grpo" else (
+            f"gepo with base={ext.gepo.base} and entropy_estimator={ext.gepo.entropy_estimator}")
         raise ConfigError(
-            f"algorithm.adv_estimator={estimator} needs the per-token entropy of the old-log-prob pass, which "
-            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
+            f"algorithm.adv_estimator={what} needs the per-token entropy of the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off (or, for gepo, use a "
+            "log-prob entropy_estimator such as token_mean with a base other than edge_grpo)"
         )
     if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
         config_value(rollout, "calculate_log_probs", False) or bypass

@@ -1,4 +1,5 @@
-"""v1: verl's padding rows (``padding_utils.upsample_batch_to_divisible_size``) enter no verl_ext statistic.
+"""v1's advantage step: verl's padding rows (``padding_utils.upsample_batch_to_divisible_size``) enter no verl_ext
+statistic; ``rollout_correction.bypass_mode`` (no entropy fetched) runs the estimators that need none.
 
 The batch is padded by verl's own function and the advantage step is verl's own ``PPOTrainer._compute_advantage``
 (with verl_ext's routing); only TransferQueue is an in-memory stand-in (``FakeTransferQueue``: per-key rows in, verl's
@@ -35,7 +36,7 @@ class FakeTransferQueue:
             row = self.rows.setdefault(key, {})
             if fields is not None:
                 item = fields[i]
-                row.update({name: item[name] for name in fields})
+                row.update({name: item[name] for name in fields.keys()})  # noqa: SIM118 (iterating a TensorDict gives rows)
             if tags is not None:
                 self.tags[key] = dict(tags[i])
         return trainer_base.KVBatchMeta(keys=list(keys), tags=[self.tags.get(k, {}) for k in keys],
@@ -71,7 +72,7 @@ def _row(uid: str, session: int, response_len: int, score: float, source: str, c
     }
 
 
-def _batch(store: FakeTransferQueue, multiple: int):
+def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False):
     """Three groups of N (one collapsed, one all wrong before GEC), padded by verl to a multiple of ``multiple``,
     then the old-log-prob pass's fields for every row (padding included, as verl's actor computes them)."""
     gen = torch.Generator().manual_seed(0)
@@ -91,34 +92,42 @@ def _batch(store: FakeTransferQueue, multiple: int):
     old = []
     for key in batch.keys:  # the old-log-prob pass writes entropy / old_log_probs for every row
         length = store.rows[key]["responses"].numel()
+        if bypass:  # verl's _compute_old_log_prob in bypass mode: the rollout's log-probs, no entropy
+            old.append({"old_log_probs": store.rows[key]["rollout_log_probs"].clone()})
+            continue
         old.append({"old_log_probs": -torch.rand(length, generator=gen) - 0.1,
                     "entropy": torch.rand(length, generator=gen) + 0.2})
     store.kv_batch_put(batch.keys, PARTITION, list_of_dict_to_tensordict(old))
     return batch
 
 
-def _trainer(**gepo):
+def _trainer(estimator="gepo", bypass=False, **gepo):
     cls = v1.extended_trainer_cls(get_trainer_cls("sync"))
     trainer = cls.__new__(cls)
     trainer.config = OmegaConf.create({
-        "algorithm": {"adv_estimator": "gepo", "norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False,
+        "algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False,
                       "gamma": 1.0, "lam": 1.0, "gepo": {"stats_scope": "per_data_source", **gepo},
-                      "gec": {"enable": True}},
+                      "gec": {"enable": True}, "rollout_correction": {"bypass_mode": bypass}},
         "actor_rollout_ref": {"rollout": {"n": N}},
     })
     return trainer
 
 
-def _step(monkeypatch, multiple: int, **gepo):
+def _step(monkeypatch, multiple: int, estimator="gepo", bypass=False, **gepo):
     store = FakeTransferQueue()
     for module in (padding_utils, trainer_base, v1):
         monkeypatch.setattr(module, "tq", store)
-    batch = _batch(store, multiple)
-    trainer = _trainer(**gepo)
+    batch = _batch(store, multiple, bypass)
+    trainer = _trainer(estimator, bypass, **gepo)
     metrics: dict = {}
     batch = trainer._compute_advantage(batch, metrics)
     adv = {k: store.rows[k]["advantages"] for k in batch.keys}
     return batch, metrics, adv, trainer.entropy_history.state_dict()
+
+
+def ours(metrics: dict) -> dict:
+    """verl_ext's metrics (verl's own, e.g. rollout_corr/*, are verl's business)."""
+    return {k: v for k, v in metrics.items() if k.split("/")[0] in ("gec", "gepo", "edge_grpo", "verl_ext")}
 
 
 @pytest.mark.parametrize("gepo", [{"entropy_estimator": "sum_mean"}, {"base": "edge_grpo"}])
@@ -130,7 +139,7 @@ def test_verls_padding_rows_enter_no_statistic_and_keep_advantage_zero(monkeypat
     padded, metrics, adv, history = _step(monkeypatch, 8, **gepo)
     pads = [k for k, tag in zip(padded.keys, padded.tags) if tag.get("is_padding")]
     assert len(padded) == 16 and len(pads) == 4  # verl padded the batch
-    assert metrics == pytest.approx(plain_metrics, nan_ok=True)
+    assert ours(metrics) == pytest.approx(ours(plain_metrics), nan_ok=True) and len(ours(metrics)) > 30
     assert history == plain_history
     for key in plain.keys:
         torch.testing.assert_close(adv[key], plain_adv[key])
@@ -142,3 +151,15 @@ def test_verls_padding_rows_enter_no_statistic_and_keep_advantage_zero(monkeypat
 
 def test_real_rows_reads_verls_padding_tag():
     assert v1.real_rows([{"status": "success"}, {"is_padding": True}, {}]).tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("estimator", ["gepo", "grpo"])
+def test_bypass_mode_runs_the_estimators_that_need_no_entropy(monkeypatch, estimator):
+    """``rollout_correction.bypass_mode=true``: no entropy is fetched (verl skipped that pass); gepo's token_mean reads
+    the rollout log-probs verl put in old_log_probs, and the step's diagnostics go without the entropy ones."""
+    batch, metrics, adv, history = _step(monkeypatch, 8, estimator=estimator, bypass=True)
+    assert "verl_ext/response_entropy_mean" not in metrics and metrics["verl_ext/collapsed_group_frac"] == 1 / 3
+    assert any(torch.count_nonzero(a) for a in adv.values())
+    if estimator == "gepo":
+        assert metrics["gepo/a/H_mean"] == pytest.approx(0.5)  # every rollout log-prob is -0.5
+        assert sorted(history["scopes"]) == ["a", "b"]
