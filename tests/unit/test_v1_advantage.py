@@ -157,7 +157,7 @@ def test_real_rows_reads_verls_padding_tag():
 def test_bypass_mode_runs_the_estimators_that_need_no_entropy(monkeypatch, estimator):
     """``rollout_correction.bypass_mode=true``: no entropy is fetched (verl skipped that pass); gepo's token_mean reads
     the rollout log-probs verl put in old_log_probs, and the step's diagnostics go without the entropy ones."""
-    batch, metrics, adv, history = _step(monkeypatch, 8, estimator=estimator, bypass=True)
+    _, metrics, adv, history = _step(monkeypatch, 8, estimator=estimator, bypass=True)
     assert "verl_ext/response_entropy_mean" not in metrics and metrics["verl_ext/collapsed_group_frac"] == 1 / 3
     assert any(torch.count_nonzero(a) for a in adv.values())
     if estimator == "gepo":
