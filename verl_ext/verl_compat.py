@@ -184,6 +184,37 @@ def check_agent_loop() -> None:
     require_parameters(LLMServerClient.generate, ("request_id", "prompt_ids", "sampling_params", "image_data",
                                                   "audio_data", "video_data", "priority"),
                        "LLMServerClient.generate", "gec_agent continues a response through it")
+    check_agent_loop_sample_keys()
+    check_agent_loop_routing()
+
+
+def check_agent_loop_sample_keys() -> None:
+    """GEC's branch draws are independent across the n samples of a uid because verl hands each sample a key of its
+    own: v1's ``AgentLoopWorkerTQ._run_prompt`` a ``session_id`` (0..n-1), the legacy ``AgentLoopManager`` a per-row
+    ``priority`` (its rows are already repeated n times). Without them every sample of a group would draw the
+    same branch (``GecAgentLoop._rng``)."""
+    from verl.experimental.agent_loop import agent_loop
+
+    require_uses(agent_loop.AgentLoopManager.generate_sequences, ("priority",), "AgentLoopManager.generate_sequences",
+                 "gec_agent keys each sample's branch draw on it (legacy trainer)")
+    agent_loop_tq = require_module("verl.trainer.ppo.v1.agent_loop_tq")
+    worker = getattr(agent_loop_tq.AgentLoopWorkerTQ, "__ray_actor_class__", agent_loop_tq.AgentLoopWorkerTQ)
+    require_attrs(worker, "_run_prompt")
+    require_uses(worker._run_prompt, ("session_id", "_run_agent_loop"), "AgentLoopWorkerTQ._run_prompt",
+                 "gec_agent keys each sample's branch draw on it (v1 trainer)")
+
+
+def check_agent_loop_routing() -> None:
+    """A reflection continuation reuses the first generation's request id, which ``SingleTurnAgentLoop.run`` passes to
+    ``server_manager.generate`` and verl's load balancer routes by (sticky sessions: the same replica, whose prefix
+    cache holds prompt + core)."""
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+
+    require_uses(SingleTurnAgentLoop.run, ("server_manager", "generate", "request_id", "routed_experts"),
+                 "SingleTurnAgentLoop.run", "gec_agent records the first generation's request id there")
+    require_parameters(GlobalRequestLoadBalancer.acquire_server, ("request_id",),
+                       "GlobalRequestLoadBalancer.acquire_server", "verl's sticky routing key")
 
 
 def check_reward_manager() -> None:

@@ -173,6 +173,37 @@ def _merge_token_extra(extra: dict, more: dict) -> None:
         extra["global_steps"] = more["global_steps"]
 
 
+class _RequestIdRecorder:
+    """The loop's server client, remembering the request id of the generation sent through it (verl's
+    ``SingleTurnAgentLoop.run`` makes its own)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.request_id = None
+
+    async def generate(self, request_id, **kwargs):
+        self.request_id = request_id
+        return await self._client.generate(request_id=request_id, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def join_routing(first, continued, prefix: int, total: int):
+    """Router-replay routing of a corrected sequence: ``first[:prefix]`` (the first generation's, up to the kept
+    core) then ``continued[prefix:total]`` (the continuation request's, whose sequence is prompt + core + cue +
+    continuation); just ``first[:prefix]`` without a continuation. numpy arrays or torch tensors, as verl has them."""
+    head = first[:prefix]
+    if continued is None:
+        return head
+    tail = continued[prefix:total]
+    if isinstance(head, np.ndarray):
+        return np.concatenate([head, np.asarray(tail, dtype=head.dtype)])
+    import torch
+
+    return torch.cat([head, torch.as_tensor(tail, dtype=head.dtype, device=head.device)])
+
+
 @dataclass
 class _Plan:
     cue_ids: list[int]
@@ -227,6 +258,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.gec_config = gec_config_of(self.config)
+        self._first_request_id = None  # the first generation's, reused by a reflection continuation
 
     # ------------------------------------------------------------ helpers
 
@@ -263,10 +295,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return _reward_value(result), (extra if isinstance(extra, dict) else {})
 
     def _rng(self, kwargs: dict):
+        """The sample's branch draw: seeded by its uid and what tells the n samples of a uid apart (v1's
+        ``session_id``, the legacy manager's per-row ``priority``; ``verl_compat.check_agent_loop`` checks that verl
+        passes them); without either, an unseeded draw, so the n samples still draw independently."""
         parts = [kwargs.get(k) for k in ("uid", "session_id", "priority", "global_steps", "index")]
         parts = [p.item() if hasattr(p, "item") else p for p in parts]
-        if all(p is None for p in parts):
-            parts.append(uuid4().hex)  # nothing identifies the sample: an independent draw
+        if parts[1] is None and parts[2] is None:
+            _warn_once("sample_key", "gec_agent: a row without session_id (v1) or priority (legacy manager): GEC's "
+                                     "branch draws are unseeded (independent, not reproducible)")
+            parts.append(uuid4().hex)
         return gec.sample_rng(self.gec_config.seed, *parts)
 
     # ------------------------------------------------------------ run
@@ -294,7 +331,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
             return await super().run(sampling_params, **kwargs)
         plan = self._plan(kwargs)
         first_params = _with_max_tokens(sampling_params, plan.first_budget)
-        output = await super().run(first_params, **kwargs)
+        client = self.server_manager
+        self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
+        try:
+            output = await super().run(first_params, **kwargs)
+        finally:
+            self.server_manager = client
+        self._first_request_id = recorder.request_id
         return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"])
 
     async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
@@ -337,14 +380,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
             logprobs=list(output.response_logprobs[: len(core)]) if output.response_logprobs else None,
         )
         continuation_cut = False
+        cont_routing = None
         if branch == gec.BRANCH_REFLECT:
             cue_ids = plan.cue_ids
             budget = gec.continuation_budget(self.response_length, len(core) + len(cue_ids),
                                              cfg.max_continuation_tokens)
             cont_ids, cont_lps = [], None
             if budget > 0:
-                cont_ids, cont_lps = await self._continue(prompt_ids + core + cue_ids, budget, sampling_params,
-                                                          output, kwargs)
+                cont_ids, cont_lps, cont_routing = await self._continue(prompt_ids + core + cue_ids, budget,
+                                                                        sampling_params, output, kwargs)
                 cont_ids = cont_ids[:budget]
                 cont_lps = cont_lps[:budget] if cont_lps is not None else None
             # cut by the response budget rather than by max_continuation_tokens (or no room at all)
@@ -378,22 +422,30 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output.response_mask = built.response_mask
         output.response_logprobs = built.response_logprobs
         if output.routed_experts is not None:
-            # only the kept first-response tokens have recorded routing; the rest is zero-filled by verl
-            output.routed_experts = output.routed_experts[: len(prompt_ids) + built.policy_prefix_tokens]
+            # router replay: the first generation's routing up to the kept core; a reflection continues with the
+            # continuation request's (prompt + core + cue + continuation); verl zero-fills what has none
+            prefix = len(prompt_ids) + built.policy_prefix_tokens
+            continued = cont_routing if branch == gec.BRANCH_REFLECT else None
+            output.routed_experts = join_routing(output.routed_experts, continued, prefix,
+                                                 len(prompt_ids) + len(built.response_ids))
         output.extra_fields.update(fields)
         return output
 
     async def _continue(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
-                        kwargs: dict) -> tuple[list[int], Optional[list[float]]]:
-        """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens."""
+                        kwargs: dict) -> tuple[list[int], Optional[list[float]], Any]:
+        """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens:
+        (token ids, log-probs or None, routed experts or None).
+
+        Sent with the first generation's request id: verl's load balancer routes by it (sticky sessions), so the
+        continuation lands on the replica that holds prompt + core in its prefix cache."""
         params = dict(sampling_params)
         params.pop("max_new_tokens", None)
         params["max_tokens"] = int(budget)
         priority = int(kwargs.get("priority", 0) or 0)
-        if getattr(self.rollout_config, "full_determinism", False):
-            request_id = f"det-{priority}-gec"
-        else:
-            request_id = uuid4().hex
+        request_id = self._first_request_id
+        if request_id is None:  # the first generation went by another path: a request of its own
+            request_id = (f"det-{priority}-gec" if getattr(self.rollout_config, "full_determinism", False)
+                          else uuid4().hex)
         mm = output.multi_modal_data or {}
         start = time.perf_counter()
         token_output = await self.server_manager.generate(
@@ -410,4 +462,4 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output.metrics.generate_sequences += time.perf_counter() - start
         _merge_token_extra(output.extra_fields, token_output.extra_fields or {})
         lps = list(token_output.log_probs) if token_output.log_probs else None
-        return list(token_output.token_ids), lps
+        return list(token_output.token_ids), lps, getattr(token_output, "routed_experts", None)
