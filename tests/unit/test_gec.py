@@ -750,3 +750,55 @@ def test_router_replay_keeps_the_continuations_routing(tok, reward_path, verl_lo
     answer = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0),
                       FakeServer(tok, routed_experts=True))
     assert answer.routed_experts.shape[0] == len(prompt) + len(core)  # the template has no recorded routing
+
+
+# ---------------------------------------------------------------- row data GEC cannot use: counted, then loud
+
+
+def test_a_row_without_ground_truth_that_draws_the_answer_is_left_unedited_and_counted(tok, reward_path, verl_loop):
+    """Was a ValueError inside the loop (v1: a failed session, its group trained short or evicted, logged only)."""
+    from verl_ext.trainer.gec_metrics import GecRolloutError, check_gec_errors
+
+    row = sample()
+    row["reward_model"] = {"ground_truth": None, "style": "rule"}
+    server = FakeServer(tok)
+    out = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), server, **row)
+    assert out.response_ids == ids(tok, FIRST_WRONG) + [tok.eos_token_id] and len(server.calls) == 1
+    f = out.extra_fields
+    assert f["gec_branch"] == "no_ground_truth" and "no reward_model.ground_truth" in f["gec_error"]
+    ok = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), FakeServer(tok))
+    assert ok.extra_fields["gec_error"] == ""
+    batch = {"extra_fields": np.array([f, ok.extra_fields, ok.extra_fields, ok.extra_fields], dtype=object)}
+    m = gec_step_metrics(batch, ["g"] * 4, [0.0, 1.0, 1.0, 1.0])
+    assert m["gec/errors"] == 1 and m["gec/count/no_ground_truth"] == 1
+    with pytest.raises(GecRolloutError, match=r"1 of 4 training rollouts .*max_error_frac=0\.0\).*ground_truth"):
+        check_gec_errors(batch, 0.0)
+    check_gec_errors(batch, 0.25)  # at the threshold: counted, the run goes on
+    with pytest.raises(GecRolloutError):
+        check_gec_errors(batch, 0.2)
+
+
+def test_unknown_row_sampling_params_on_a_gec_training_row_are_counted(tok, reward_path, verl_loop):
+    row = sample()
+    row["extra_info"]["sampling_params"] = {"temperature": 0.0, "temprature": 0.5}
+    server = FakeServer(tok, first=FIRST_RIGHT)
+    out = run_loop(tok, make_config(reward_path), server, **row)
+    assert server.calls[0]["sampling_params"]["temperature"] == 0.0 and "temprature" not in server.calls[0][
+        "sampling_params"]
+    assert "temprature" in out.extra_fields["gec_error"] and out.extra_fields["gec_branch"] == "none"
+
+
+def test_the_legacy_driver_stops_a_step_with_unusable_gec_rows(tok, reward_path, verl_loop):
+    """Before the step trains (legacy: in the routed advantage call; v1: tests/unit/test_v1_advantage.py)."""
+    from verl_ext.trainer.gec_metrics import GecRolloutError
+    from verl_ext.trainer.legacy import ExtRayPPOTrainer
+
+    trainer = ExtRayPPOTrainer.__new__(ExtRayPPOTrainer)
+    trainer.config = OmegaConf.create({"algorithm": {"adv_estimator": "grpo", "gec": {"enable": True}}})
+    bad = {"gec_branch": np.array(["no_ground_truth", "none"], dtype=object),
+           "gec_error": np.array(["the row has no reward_model.ground_truth", ""], dtype=object)}
+    with pytest.raises(GecRolloutError):
+        trainer._check_gec_errors(bad)
+    trainer._ext_config = None
+    trainer.config.algorithm.gec.max_error_frac = 0.5
+    trainer._check_gec_errors(bad)

@@ -72,7 +72,7 @@ def _row(uid: str, session: int, response_len: int, score: float, source: str, c
     }
 
 
-def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False):
+def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False, error: str = ""):
     """Three groups of N (one collapsed, one all wrong before GEC), padded by verl to a multiple of ``multiple``,
     then the old-log-prob pass's fields for every row (padding included, as verl's actor computes them)."""
     gen = torch.Generator().manual_seed(0)
@@ -83,6 +83,7 @@ def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False):
         for s in range(N):
             length = int(torch.randint(2, 7, (1,), generator=gen))
             rows.append(_row(f"u{g}", s, length, float(scores[s]), ["a", "b", "a"][g], bool(before[s])))
+            rows[-1]["extra_fields"][gec.KEY_ERROR] = error if (g, s) == (2, 1) else ""
             keys.append(f"u{g}_{s}_0")
             tags.append({"status": "success", "prompt_len": 5, "response_len": length, "seq_len": 5 + length,
                          "global_steps": 1})
@@ -113,11 +114,11 @@ def _trainer(estimator="gepo", bypass=False, **gepo):
     return trainer
 
 
-def _step(monkeypatch, multiple: int, estimator="gepo", bypass=False, **gepo):
+def _step(monkeypatch, multiple: int, estimator="gepo", bypass=False, error="", **gepo):
     store = FakeTransferQueue()
     for module in (padding_utils, trainer_base, v1):
         monkeypatch.setattr(module, "tq", store)
-    batch = _batch(store, multiple, bypass)
+    batch = _batch(store, multiple, bypass, error)
     trainer = _trainer(estimator, bypass, **gepo)
     metrics: dict = {}
     batch = trainer._compute_advantage(batch, metrics)
@@ -163,3 +164,12 @@ def test_bypass_mode_runs_the_estimators_that_need_no_entropy(monkeypatch, estim
     if estimator == "gepo":
         assert metrics["gepo/a/H_mean"] == pytest.approx(0.5)  # every rollout log-prob is -0.5
         assert sorted(history["scopes"]) == ["a", "b"]
+
+
+def test_a_step_with_unusable_gec_rows_stops_before_training(monkeypatch):
+    """One of 12 GEC rows had no ground truth for its drawn answer (``gec_error``): the v1 step raises (default
+    ``max_error_frac`` 0) instead of v1's logged-and-dropped failed session."""
+    from verl_ext.trainer.gec_metrics import GecRolloutError
+
+    with pytest.raises(GecRolloutError, match=r"1 of 12 training rollouts"):
+        _step(monkeypatch, 8, error="the row has no reward_model.ground_truth")

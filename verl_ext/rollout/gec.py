@@ -41,8 +41,9 @@ BRANCH_SOLUTION_FALLBACK = "solution_fallback"  # solution drawn, row has none: 
 BRANCH_SOLUTION_TOO_LONG = "solution_too_long"  # solution drawn, longer than the response budget: answer instead
 BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correction
 BRANCH_ANSWER_NO_ROOM = "answer_no_room"  # answer injection drawn, template + EOS would not fit: left unedited
+BRANCH_NO_GROUND_TRUTH = "no_ground_truth"  # answer injection drawn, the row has no ground truth: left unedited
 BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK,
-            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM)
+            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_NO_GROUND_TRUTH)
 EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)
 ANSWER_BRANCHES = (BRANCH_ANSWER, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)  # inject the answer template
 
@@ -55,6 +56,10 @@ KEY_INJECTED_TOKENS = "gec_injected_tokens"  # int, cue/template/solution/EOS to
 KEY_TRUNCATED = "gec_truncated"  # bool, the edit was cut by rollout.response_length
 KEY_RESPONSE_LEN_BEFORE = "gec_response_len_before"  # int, tokens of the first response
 KEY_FIRST_HIT_CAP = "gec_first_hit_cap"  # bool, the first generation stopped at first_generation_budget, no EOS
+# str, what GEC could not do with this row's data ("" when nothing): a row without ground truth that drew the answer
+# branch, unknown extra_info.sampling_params keys; counted in gec/errors, past algorithm.gec.max_error_frac the
+# driver stops the run (trainer/gec_metrics.check_gec_errors)
+KEY_ERROR = "gec_error"
 EXTRA_KEYS = (
     KEY_BRANCH,
     KEY_SCORE_BEFORE,
@@ -64,6 +69,7 @@ EXTRA_KEYS = (
     KEY_TRUNCATED,
     KEY_RESPONSE_LEN_BEFORE,
     KEY_FIRST_HIT_CAP,
+    KEY_ERROR,
 )
 
 

@@ -44,7 +44,7 @@ import copy
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 from uuid import uuid4
 
@@ -52,7 +52,8 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_ext.names import GEC_AGENT_NAME, TRAINING_ROLLOUT_KEY
+from verl_ext.config import unknown_sampling_keys
+from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_KEY
 from verl_ext.rollout import gec
 from verl_ext.verl_compat import check_agent_loop
 
@@ -94,13 +95,9 @@ def reward_manager_of(config, tokenizer) -> Any:
     reward_cfg = config.get("reward", None)
     if reward_cfg is None:
         raise ValueError("GEC needs verl's `reward` config node to score the first response")
-    custom = reward_cfg.get("custom_reward_function", None) or {}
-    rm = reward_cfg.get("reward_model", None) or {}
-    if rm.get("enable", False) and not custom.get("path", None):
-        raise ValueError(
-            "algorithm.gec needs a rule reward it can call inside the agent loop; with reward.reward_model.enable"
-            "=true set reward.custom_reward_function.path (a reward model alone cannot be called from here)"
-        )
+    from verl_ext.config import check_gec_reward
+
+    check_gec_reward(config)  # refused at start-up already (validate_run_config); here for other entry points
     from verl_ext.verl_compat import check_reward_manager
 
     check_reward_manager()
@@ -211,23 +208,22 @@ class _Plan:
     solution_ids: Optional[list[int]]  # the row's reference solution; None: it has none
     solution_fits: bool  # solution + EOS fit in rollout.response_length
     first_budget: int  # gec.first_generation_budget
+    errors: list[str] = field(default_factory=list)  # what GEC could not use in the row (KEY_ERROR)
 
 
-ROW_SAMPLING_KEYS = ("temperature", "top_p", "top_k")
-
-
-def row_sampling_params(sampling_params: dict, extra_info) -> dict:
+def row_sampling_params(sampling_params: dict, extra_info, ignore_unknown: bool = False) -> dict:
     """``sampling_params`` with the row's own ``extra_info["sampling_params"]`` applied (unset entries are kept).
 
-    Unknown keys are an error (a typo would otherwise sample at the trainer's settings and read as a result)."""
+    Unknown keys are an error (a typo would otherwise sample at the trainer's settings and read as a result), or
+    left out with ``ignore_unknown`` (GEC training rows, where they are counted instead: ``gec/errors``)."""
     row = extra_info.get("sampling_params") if isinstance(extra_info, dict) else None
     if not row:
         return sampling_params
-    unknown = sorted(set(row) - set(ROW_SAMPLING_KEYS))
-    if unknown:
+    unknown = unknown_sampling_keys(extra_info)
+    if unknown and not ignore_unknown:
         raise ValueError(f"extra_info.sampling_params: unknown key(s) {unknown}; allowed: {list(ROW_SAMPLING_KEYS)}")
     params = dict(sampling_params)
-    params.update({k: v for k, v in row.items() if v is not None})
+    params.update({k: v for k, v in row.items() if v is not None and k in ROW_SAMPLING_KEYS})
     return params
 
 
@@ -314,7 +310,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         cue_ids = self._encode(cfg.cue)
         try:
             answer_ids = self._encode(gec.answer_text(cfg, gec.ground_truth_text(kwargs.get("reward_model"))))
-        except ValueError:  # no ground truth: an answer branch fails later, with this error
+        except ValueError:  # no ground truth: a drawn answer branch is left unedited and counted
             answer_ids = None
         solution = gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key)
         solution_ids = self._encode(solution) if solution is not None else None
@@ -326,10 +322,17 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        sampling_params = row_sampling_params(sampling_params, kwargs.get("extra_info"))
+        extra_info = kwargs.get("extra_info")
         if not self.gec_config.enable or not is_training_rollout(kwargs):
-            return await super().run(sampling_params, **kwargs)
+            return await super().run(row_sampling_params(sampling_params, extra_info), **kwargs)
+        # a GEC training row: what GEC cannot use in the row's data is counted (gec/errors), the driver stops the run
+        # past algorithm.gec.max_error_frac (v1 would otherwise log a failed loop and drop or evict its group)
+        sampling_params = row_sampling_params(sampling_params, extra_info, ignore_unknown=True)
         plan = self._plan(kwargs)
+        unknown = unknown_sampling_keys(extra_info)
+        if unknown:
+            plan.errors.append(f"unknown extra_info.sampling_params key(s) {unknown} (allowed: "
+                               f"{list(ROW_SAMPLING_KEYS)}), left out")
         first_params = _with_max_tokens(sampling_params, plan.first_budget)
         client = self.server_manager
         self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
@@ -357,7 +360,11 @@ class GecAgentLoop(SingleTurnAgentLoop):
             rng=self._rng(kwargs),
         )
         core, terminator = gec.split_terminal(response_ids, self._stop_ids())
-        if branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids or []) + 1 > self.response_length:
+        errors = list(plan.errors)
+        if branch in gec.ANSWER_BRANCHES and plan.answer_ids is None:
+            branch = gec.BRANCH_NO_GROUND_TRUTH  # left unedited, counted (gec/errors)
+            errors.append(f"the row has no reward_model.ground_truth and drew the answer injection ({branch})")
+        elif branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids) + 1 > self.response_length:
             branch = gec.BRANCH_ANSWER_NO_ROOM  # never a cut template (no boxed answer, no EOS)
         fields = {
             gec.KEY_BRANCH: branch,
@@ -368,6 +375,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             gec.KEY_TRUNCATED: False,
             gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
             gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
+            gec.KEY_ERROR: "; ".join(errors),
         }
         if branch not in gec.EDIT_BRANCHES:
             output.extra_fields.update(fields)
@@ -399,8 +407,6 @@ class GecAgentLoop(SingleTurnAgentLoop):
                         gec.Segment(cont_ids, injected=False, logprobs=cont_lps)]
             fields[gec.KEY_CONTINUATION_TOKENS] = len(cont_ids)
         elif branch in gec.ANSWER_BRANCHES:
-            if plan.answer_ids is None:
-                gec.ground_truth_text(kwargs.get("reward_model"))  # raises: the row has no ground truth
             segments = [core_seg, gec.Segment(plan.answer_ids, injected=True),
                         gec.Segment([self._eos_id(terminator)], injected=True)]
         else:  # solution: the reference solution replaces the whole response

@@ -19,6 +19,7 @@ from verl_ext.rollout.gec import (
     KEY_BRANCH,
     KEY_CONTINUATION_TOKENS,
     KEY_CORRECT_BEFORE,
+    KEY_ERROR,
     KEY_FIRST_HIT_CAP,
     KEY_INJECTED_TOKENS,
     KEY_SCORE_BEFORE,
@@ -105,7 +106,8 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
 
     Keys: acc_before / acc_after (fraction correct), reward_before / reward_after (means), frac_edited,
     count/<branch> for every branch, continuation_tokens (sum) and continuation_tokens_mean (per reflection),
-    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), groups,
+    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), errors
+    (rows whose data GEC could not use: ``check_gec_errors``), groups,
     groups_all_wrong_before, groups_rescued (all wrong before, both correct and wrong after),
     groups_collapsed_before / groups_collapsed_after (identical scores), responses.
     """
@@ -153,6 +155,7 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     m["gec/injected_tokens"] = float(injected[r].sum())
     m["gec/truncated"] = float(trunc[r].sum())
     m["gec/first_hit_cap"] = float(first_hit_cap[r].sum())
+    m["gec/errors"] = float(sum(bool(e) for e, on in zip(cols[KEY_ERROR], r) if on))
 
     gid, groups = _group_codes(uid[r])
     correct_before_any = _group_any(correct_before[r], gid, groups)
@@ -168,6 +171,30 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     m["gec/groups_collapsed_before"] = float(collapsed_before.sum())
     m["gec/groups_collapsed_after"] = float(collapsed_after.sum())
     return m
+
+
+class GecRolloutError(RuntimeError):
+    """Too many of a step's GEC training rollouts had row data GEC could not use (``algorithm.gec.max_error_frac``)."""
+
+
+def check_gec_errors(non_tensor_batch: dict, max_error_frac: float) -> None:
+    """Raise :class:`GecRolloutError` when more than ``max_error_frac`` of the batch's GEC rows carry a
+    ``gec_error`` (e.g. no ground truth for a drawn answer injection): the run stops at the step that shows it,
+    naming the first rows' problems, instead of training on (or, on v1, silently dropping) them."""
+    n = len(next(iter(non_tensor_batch.values()))) if non_tensor_batch else 0
+    cols = _gec_columns(non_tensor_batch, n)
+    if cols is None:
+        return
+    rows = [b is not None for b in cols[KEY_BRANCH]]
+    errors = [str(e) for e, on in zip(cols[KEY_ERROR], rows) if on and e]
+    total = sum(rows)
+    if errors and len(errors) > max_error_frac * total:
+        shown = "; ".join(dict.fromkeys(errors[:20]))
+        raise GecRolloutError(
+            f"GEC: {len(errors)} of {total} training rollouts this step had row data GEC could not use (more than "
+            f"algorithm.gec.max_error_frac={max_error_frac}): {shown}. Fix the data (python -m verl_ext.main checks "
+            "local parquet files at start-up) or raise algorithm.gec.max_error_frac to train on with them counted "
+            "in gec/errors")
 
 
 def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_source=None,

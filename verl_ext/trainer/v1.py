@@ -110,6 +110,7 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
     def _v1_outcome_metrics(self, extra_fields, uid, scores, data_source) -> dict[str, float]:
         """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
         non_tensor = {"extra_fields": extra_fields}
+        self._check_gec_errors(non_tensor)
         return {**self._gec_metrics(non_tensor, uid, scores),
                 **self._outcome_metrics(non_tensor, uid, scores, data_source)}
 
