@@ -37,6 +37,7 @@ import time
 from typing import Optional
 
 from verl_ext.data.eval_suites import SUITE_BY_NAME, SUITES
+from verl_ext.metrics_file import read_steps
 
 # Pass@1 (%) after one epoch on DeepScaleR-Hard-1K (EDGE-GRPO paper, Table 1): model, method, the paper's Avg (1560),
 # then AIME, AMC, MATH500, Minerva, OlympiadBench (the order of SUITES)
@@ -98,16 +99,10 @@ def suite_accuracies(metrics: dict[str, float], suites: list[str], n: int) -> di
 
 
 def read_metrics_jsonl(path: str) -> dict[str, float]:
-    """The last record of verl's file logger (``{"step": N, "data": {...}}`` per line) that has val-core keys."""
-    found: dict[str, float] = {}
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            data = json.loads(line).get("data", {})
-            if any(k.startswith("val-core/") for k in data):
-                found = data
-    return found
+    """The metrics of the last step in verl's file-logger output that has val-core keys."""
+    steps, _ = read_steps(path)
+    with_val = [step for step, data in steps.items() if any(k.startswith("val-core/") for k in data)]
+    return steps[max(with_val)] if with_val else {}
 
 
 _CONSOLE_METRIC = re.compile(r"(val-(?:core|aux)/[\w@/.\-]+):(?:np\.float\d+\()?([-+0-9.eE]+|nan|inf)\)?")

@@ -1,4 +1,5 @@
-"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method]``: figures and a summary table of runs.
+"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method] [--samples]``: figures and a summary
+table of runs; with ``--samples``, also a page of what GEC wrote (``verl_ext.report_samples``).
 
 A RUN is a run folder (``outputs/<experiment>/<time>``), a multirun folder (every job in it becomes a run), or one
 JSONL file.  The metrics are what verl's ``file`` logger wrote (one ``{"step": N, "data": {metric: value}}`` per
@@ -14,13 +15,14 @@ one method, shown as the mean over its seeds with the seeds' range.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from verl_ext.metrics_file import parse_record, read_steps
 
 METRICS_FILE = re.compile(r"^metrics(?:\.(\d+))?\.jsonl$")  # metrics.jsonl, then metrics.1.jsonl, ... on resume
 
@@ -44,34 +46,13 @@ class RunMetrics:
         return [s for s, _ in points], [v for _, v in points]
 
 
-def _as_float(value) -> float | None:
-    if value is None:  # orjson writes NaN/inf as null
-        return math.nan
-    if isinstance(value, (bool, int, float)):
-        return float(value)
-    return None  # strings, lists: not a scalar metric
-
-
-def _parse_record(line: str) -> tuple[int, dict] | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
-        return None
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, (int, float)):
-        return None
-    return int(step), record["data"]
-
-
 def is_metrics_file(path: Path) -> bool:
     """A verl file-logger JSONL: its first non-empty line is a {"step", "data"} record (other JSONL is skipped)."""
     try:
         with open(path) as f:
             for line in f:
                 if line.strip():
-                    return _parse_record(line) is not None
+                    return parse_record(line) is not None
     except (OSError, UnicodeDecodeError):
         return False
     return False
@@ -82,17 +63,10 @@ def read_run(files: list[Path], label: str, source: Path) -> RunMetrics:
     (a resumed run logs again the steps after its checkpoint)."""
     run = RunMetrics(label=label, source=source)
     for path in files:
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                parsed = _parse_record(line)
-                if parsed is None:
-                    run.bad_lines += 1
-                    continue
-                step, data = parsed
-                values = {k: v for k, v in ((k, _as_float(v)) for k, v in data.items()) if v is not None}
-                run.steps.setdefault(step, {}).update(values)
+        steps, bad = read_steps(path)
+        run.bad_lines += bad
+        for step, values in steps.items():
+            run.steps.setdefault(step, {}).update(values)
     return run
 
 
@@ -411,17 +385,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=10, help="steps averaged in the summary table (default 10)")
     parser.add_argument("--by-method", action="store_true",
                         help="also a table with one row per method (runs named <method>_seed<N>), mean over seeds")
+    parser.add_argument("--samples", action="store_true",
+                        help="also OUT/samples.html: examples of GEC's edits from the run's rollout dump "
+                             "(trainer.rollout_data_dir inside RUN, or RUN is that folder)")
+    parser.add_argument("--steps", type=str, default=None,
+                        help="with --samples: the steps to take examples from, e.g. 1,5,10 (default: first, "
+                             "middle and last dumped step)")
+    parser.add_argument("--examples", type=int, default=3,
+                        help="with --samples: examples per branch and data source (default 3)")
+    parser.add_argument("--max-chars", type=int, default=1200,
+                        help="with --samples: longer texts are cut in the middle, with a marker (default 1200)")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
+    if args.examples < 1 or args.max_chars < 50:
+        parser.error(f"--examples must be >= 1 and --max-chars >= 50, got {args.examples}, {args.max_chars}")
+    try:
+        steps = [int(s) for s in args.steps.split(",") if s.strip()] if args.steps else None
+    except ValueError:
+        parser.error(f"--steps: comma-separated step numbers, got {args.steps!r}")
     missing = [str(p) for p in args.runs if not p.exists()]
     if missing:
         parser.error(f"not found: {', '.join(missing)}")
     runs = load_runs(args.runs)
-    if not runs:
+    if not runs and not args.samples:
         parser.error("no verl file-logger JSONL (metrics.jsonl) under " + ", ".join(map(str, args.runs))
                      + "; log with trainer.logger including 'file'")
     out = args.out or (args.runs[0] / "report" if len(args.runs) == 1 and args.runs[0].is_dir() else Path("report"))
+    if args.samples:
+        from verl_ext.report_samples import write_samples_page
+
+        try:
+            page = write_samples_page(args.runs, out, steps, per_cell=args.examples, max_chars=args.max_chars)
+        except ValueError as e:
+            parser.error(str(e))
+        print(f"wrote {page}")
+        if not runs:
+            print("no metrics.jsonl: figures and summary skipped")
+            return 0
     for run in runs:
         note = f", {run.bad_lines} unreadable line(s) skipped" if run.bad_lines else ""
         print(f"run {run.label}: {len(run.steps)} logged steps from {run.source}{note}")

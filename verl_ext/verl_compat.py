@@ -124,6 +124,10 @@ def check_legacy_trainer() -> None:
     require_uses(trainer._compute_old_log_prob, ("entropys",), "RayPPOTrainer._compute_old_log_prob")
     require_uses(trainer._validate, ("_get_gen_batch",), "RayPPOTrainer._validate",
                  "verl_ext tags validation rows in _get_gen_batch")
+    require_parameters(trainer._log_rollout_data, ("batch", "reward_extra_infos_dict", "timing_raw",
+                                                   "rollout_data_dir"), "RayPPOTrainer._log_rollout_data",
+                       "verl_ext adds GEC's columns to verl's rollout dump there")
+    require_uses(trainer.fit, ("_log_rollout_data",), "RayPPOTrainer.fit")
     require(hasattr(main_ppo_v0, "TaskRunner") and hasattr(main_ppo_v0, "RayPPOTrainer"),
             "verl.trainer.main_ppo_v0.TaskRunner and its module global RayPPOTrainer")
     require_uses(main_ppo_v0.TaskRunner.__ray_actor_class__.run, ("RayPPOTrainer",), "main_ppo_v0.TaskRunner.run",
@@ -158,6 +162,11 @@ def check_v1_trainer() -> None:
                  "verl_ext leaves the rows verl pads the batch with out of its statistics by this tag")
     require_uses(trainer._validate, ("val_dataloader", "raw_prompt"), "PPOTrainer._validate",
                  "verl_ext tags validation rows as they come out of val_dataloader")
+    require_parameters(trainer._dump_generations, ("inputs", "outputs", "gts", "scores", "reward_extra_infos_dict",
+                                                   "dump_path"), "PPOTrainer._dump_generations",
+                       "verl_ext adds GEC's columns to verl's rollout dump there")
+    require_uses(trainer._log_rollout_data, ("_dump_generations", "uid"), "PPOTrainer._log_rollout_data",
+                 "verl_ext matches its rows to the dump's TransferQueue keys (its 'uid' column)")
 
 
 def check_agent_loop() -> None:

@@ -1,16 +1,18 @@
-"""Helpers for the end-to-end tests: run the real entry points in a subprocess and read verl's console metrics."""
+"""Helpers for the end-to-end tests: run the real entry points in a subprocess and read the metrics each step logged
+through verl's own ``file`` logger (``metrics.jsonl``), not the console."""
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-_METRIC = re.compile(r"([\w@/.\-]+):(?:np\.float\d+\()?([-+0-9.eE]+|nan|inf)\)?")
+from verl_ext.metrics_file import read_steps
 
 # small and fast on 2 cores; the toy task's files come from the embedded default (hydra_configs/toy_cpu.yaml)
 SMALL_RUN = [
@@ -28,21 +30,25 @@ SMALL_RUN = [
 ]
 
 
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """{step: {metric: value}} from a verl ``file`` logger JSONL (the validation before training is step 0)."""
+    steps, bad = read_steps(path)
+    assert bad == 0, f"{path}: {bad} lines are not file-logger records"
+    return steps
+
+
 class Run:
-    def __init__(self, proc: subprocess.CompletedProcess):
+    def __init__(self, proc: subprocess.CompletedProcess, metrics_path: Path | None = None):
         self.returncode = proc.returncode
         self.output = proc.stdout + proc.stderr
         self.lines = self.output.splitlines()
+        # read now: a later run into the same folder must not change what this run logged
+        self._metrics = read_metrics(metrics_path) if metrics_path and metrics_path.exists() else None
 
     def metrics(self) -> dict[int, dict[str, float]]:
-        """{step: {metric: value}} from verl's console logger lines ("step:N - key:value - ...")."""
-        steps: dict[int, dict[str, float]] = {}
-        for line in self.lines:
-            m = re.search(r"step:(\d+) - (.*)", line)
-            if m:
-                steps.setdefault(int(m.group(1)), {}).update(
-                    {k: float(v) for k, v in _METRIC.findall(m.group(2))})
-        return steps
+        """{step: {metric: value}} of this run, from its ``metrics.jsonl``."""
+        assert self._metrics is not None, f"the run wrote no metrics file:\n{self.tail()}"
+        return {step: dict(values) for step, values in self._metrics.items()}
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.lines[-n:])
@@ -52,11 +58,15 @@ class Run:
 def run_main(tmp_path):
     """Run ``python -m verl_ext.main`` (embedded CPU default + overrides) in ``tmp_path``; returns a ``Run``."""
 
+    calls = itertools.count(1)
+
     def _run(*overrides: str, timeout: int = 420) -> Run:
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
         env.pop("VERL_PLATFORM", None)
-        args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console]",
+        metrics_path = tmp_path / f"metrics.{next(calls)}.jsonl"  # one file per run: a resumed run gets its own
+        args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console,file]",
+                f"trainer.file_logger_path={metrics_path}",
                 f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
         # own process group (Ray's driver also leads one), so a run that hangs is killed with all it started
         popen = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -66,9 +76,9 @@ def run_main(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(popen.pid, signal.SIGKILL)
             stdout, stderr = popen.communicate()
-            run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr))
+            run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
             pytest.fail(f"{' '.join(args)} did not finish in {timeout} s (killed):\n{run.tail()}")
-        run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr))
+        run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
         assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
         return run
 

@@ -20,8 +20,10 @@ def test_legacy_trainer_entropy_grad_on_two_ranks(run_main):
     steps = run.metrics()
     assert sorted(steps) == [1, 2, 3], steps.keys()
     assert "[verl_ext] edge_grpo.entropy_grad=true" in run.output  # the loss was installed on the actor
+    # updated at least once (a step of groups that all share one reward has zero advantages: legal, no update)
+    assert max(values["actor/grad_norm"] for values in steps.values()) > 0
     for values in steps.values():
-        assert values["actor/grad_norm"] > 0 and math.isfinite(values["actor/pg_loss"])
+        assert math.isfinite(values["actor/grad_norm"]) and math.isfinite(values["actor/pg_loss"])
         # one mini-batch per step: the update's H_i(θ) is the old-log-prob pass's H_i(old), recomputed with
         # gradients on the other side (masked mean, same temperature), so their ratio is 1 up to float noise
         assert values["edge_grpo/entropy_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -38,7 +40,8 @@ def test_v1_trainer_entropy_grad_with_two_mini_batches(run_main):
     steps = run.metrics()
     assert sorted(steps) == [1, 2], steps.keys()
     assert "[verl_ext] edge_grpo.entropy_grad=true" in run.output
+    assert max(values["actor/grad_norm"] for values in steps.values()) > 0
     for values in steps.values():
-        assert values["actor/grad_norm"] > 0 and math.isfinite(values["actor/pg_loss"])
+        assert math.isfinite(values["actor/grad_norm"]) and math.isfinite(values["actor/pg_loss"])
         assert 0.5 < values["edge_grpo/entropy_ratio_mean"] < 1.5
         assert values["edge_grpo/entropy_grad_fallback_frac"] == 0.0

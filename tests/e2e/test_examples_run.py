@@ -1,9 +1,12 @@
-"""End-to-end: ``examples/toy/train.sh`` really trains (not a dry run) and its run can be reported and resumed.
+"""End-to-end: ``examples/toy/train.sh`` really trains (not a dry run), stops, and resumes.
 
 What it proves: the script's overrides reach verl's real pipeline; verl's file logger writes every step to
 ``$RUN_DIR/metrics.jsonl`` (the path the script exports and puts in the Ray job's runtime_env), checkpoints land in
 ``$RUN_DIR/checkpoints``; running the script again resumes from the latest checkpoint and keeps the earlier metrics
-file (verl's file logger would truncate it). Two short runs of the toy task (2 steps, then 1 more), ~3 min on 2 cores.
+file (verl's file logger would truncate it). The run is GEPO with per-data-source thresholds on the legacy trainer
+(the toy's default trainer), so it also proves that GEPO's driver-side history goes into the checkpoint and comes
+back exactly, then keeps counting (v1's save/kill/resume: test_combinations' colocate_async test). Two short runs of
+the toy task (2 steps, then 1 more), ~3 min on 2 cores.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SMALL_RUN
+from tests.e2e.conftest import SMALL_RUN, read_metrics
+from verl_ext.trainer.mixin import STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _steps(path: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+    return sorted(read_metrics(path))
 
 
 @pytest.mark.e2e
@@ -32,6 +36,7 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
                PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     overrides = [o for o in SMALL_RUN if not o.startswith(("trainer.total_training_steps", "trainer.save_freq"))]
+    overrides.append("algorithm.gepo.stats_scope=per_data_source")
     run_dir = tmp_path / "out" / "verl_ext_toy" / "toy_gepo_seed3"
 
     def train(steps: int) -> subprocess.CompletedProcess:
@@ -41,17 +46,34 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
         return proc
 
+    def history(step: int) -> dict:
+        return json.loads((run_dir / "checkpoints" / f"global_step_{step}" / STATE_FILE).read_text())["entropy_history"]
+
     train(2)
     assert _steps(run_dir / "metrics.jsonl") == [1, 2]
-    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["data"]
-    assert "gepo/H_low" in first and "verl_ext/collapsed_group_frac" in first  # the estimator's own metrics
+    first = read_metrics(run_dir / "metrics.jsonl")[2]
+    assert "verl_ext/collapsed_group_frac" in first  # verl_ext's step metrics reached the file
+    # GEPO's history in the checkpoint: one update per step in which the data source had groups (a 4-prompt batch
+    # need not hold both sources), as logged
+    saved = history(2)
+    assert saved["scopes"] and max(s["num_updates"] for s in saved["scopes"].values()) == 2
+    for scope, state in saved["scopes"].items():
+        assert state["num_updates"] == first[f"gepo/{scope}/history_updates"] >= 1, (scope, state, first)
     assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert any((run_dir / "hydra").iterdir())  # Hydra's record of the run, not in the working directory
     assert not (tmp_path / "outputs").exists()
 
     proc = train(3)  # the same name: resumes from global_step_2, trains step 3
-    assert "global_step_2" in proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "global_step_2" in output
     assert _steps(run_dir / "metrics.jsonl") == [3]
+    restored = [line for line in output.splitlines() if "[verl_ext] restored entropy history" in line]
+    assert restored and json.loads(restored[0].split(": ", 1)[1]) == saved  # the thresholds before the stop, exactly
+    after, logged = history(3), read_metrics(run_dir / "metrics.jsonl")[3]
+    for scope, state in saved["scopes"].items():  # then updates on top of them, not a re-seed
+        assert after["scopes"][scope]["num_updates"] == logged[f"gepo/{scope}/history_updates"]
+        assert state["num_updates"] <= after["scopes"][scope]["num_updates"] <= state["num_updates"] + 1
+    assert sum(s["num_updates"] for s in after["scopes"].values()) > sum(s["num_updates"] for s in saved["scopes"].values())
     (kept,) = run_dir.glob("metrics.*.jsonl")
     assert _steps(kept) == [1, 2]
     assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"

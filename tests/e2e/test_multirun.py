@@ -4,26 +4,17 @@ run report on the sweep folder."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.e2e.conftest import SMALL_RUN, Run
+from tests.e2e.conftest import SMALL_RUN, Run, read_metrics
 
 pytestmark = pytest.mark.e2e
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def read_metrics(path) -> dict[int, dict]:
-    steps: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        steps.setdefault(record["step"], {}).update(record["data"])
-    return steps
 
 
 def test_two_job_multirun_each_job_in_its_own_folder_then_the_report(tmp_path):

@@ -36,19 +36,20 @@ def served_by_vllm(run, replicas: int = 1) -> None:
     assert "[verl_ext] vLLM rollout on CPU: " in run.output and "enable_sleep_mode: False" in run.output
 
 
-def trained(steps: dict, n: int, every_step: bool = True) -> None:
-    """n steps ran and updated the actor: every step, or (GEC off, where a step whose groups all have one reward
-    has zero advantages) at least one step before the last, so a later rollout was made after a real update."""
+def trained(steps: dict, n: int) -> None:
+    """n steps ran and at least one step before the last updated the actor, so a later rollout was made after a real
+    weight sync (a step whose groups all share one reward has zero advantages and no update: legal)."""
     assert sorted(steps) == list(range(1, n + 1)), steps.keys()
     grad_norms = [steps[i]["actor/grad_norm"] for i in range(1, n + 1)]
     assert all("actor/pg_loss" in values for values in steps.values())
-    assert (min(grad_norms) > 0) if every_step else (max(grad_norms[:-1]) > 0), grad_norms
+    assert max(grad_norms[:-1]) > 0, grad_norms
 
 
 def gec_ran(steps: dict) -> None:
     """GEC corrected wrong responses with every branch (summed over the steps) and logged its metrics each step."""
     for values in steps.values():
-        assert values["gec/responses"] == 32 and values["gec/reward_after"] >= values["gec/reward_before"]
+        # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
+        assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
         assert {"gec/acc_before", "gec/frac_edited", "gec/continuation_tokens", "gec/groups_rescued",
                 "gec/groups_collapsed_before", "gec/groups_collapsed_after"} <= set(values)
     for branch in BRANCHES:
@@ -80,9 +81,7 @@ def test_vllm_v1_trainer_edge_grpo_gec(run_main):
                    "algorithm.gec.mask_injected=true", "trainer.total_training_steps=3", timeout=TIMEOUT)
     served_by_vllm(run)
     steps = run.metrics()
-    # with the injected tokens out of the loss a step can be left without a token of non-zero advantage (e.g. groups
-    # all right, or rescued only by fully injected solutions): seen at one of the 3 steps in 2 of 3 runs
-    trained(steps, 3, every_step=False)
+    trained(steps, 3)
     gec_ran(steps)
     edge_grpo_ran(steps)
     for step, values in steps.items():
@@ -100,7 +99,7 @@ def test_vllm_two_replicas_gepo_rollout_logprobs_match_actor(run_main):
                    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8", timeout=TIMEOUT)
     served_by_vllm(run, replicas=2)
     steps = run.metrics()
-    trained(steps, n, every_step=False)
+    trained(steps, n)
     for step, values in steps.items():
         assert values["training/rollout_probs_diff_valid"] == 1
         assert values["training/rollout_probs_diff_max"] <= 1e-5, (step, values["training/rollout_probs_diff_max"])

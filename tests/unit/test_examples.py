@@ -25,7 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SEED = "7"
-LIBRARIES = {"common.sh"}  # sourced by the scripts, never run
+LIBRARIES = {"common.sh", "defaults.sh"}  # sourced by the scripts, never run
 
 # the EDGE-GRPO paper's rows: adv_estimator, GEC on, GEC mode, data.max_response_length
 EDGE_ROWS = {
@@ -122,8 +122,8 @@ def cases(out: str) -> dict[str, Case]:
         for row in EDGE_ROWS:
             c[f"edge_grpo/qwen2.5-math-{size.lower()}/{row}.sh"] = Case(
                 expect=[edge_expect(row, f"Qwen/Qwen2.5-Math-{size}", "throughput", out)])
-    # the shared script: the paper's batch, every variable set, extra overrides last (they win)
-    c["edge_grpo/train.sh"] = Case(
+    # a row script with every variable set: the paper's batch, another model, extra overrides last (they win)
+    c["edge_grpo/qwen2.5-math-1.5b/edge_grpo.sh"] = Case(
         env={"BATCH": "paper", "MODEL": "/placeholder/models/my-model/", "TRAIN_FILE": "/placeholder/train.parquet",
              "VAL_DIR": "/placeholder/eval", "N_GPUS": "4", "NNODES": "2"},
         args=("algorithm.edge_grpo.entropy_grad=true", "data.max_response_length=2048"),
@@ -140,9 +140,8 @@ def cases(out: str) -> dict[str, Case]:
                                               expect=[gepo_expect("mixture", method, MIXTURE_ENV["MODEL"], out)])
     c["gepo/mixture_gepo.sh"].env["WANDB_API_KEY"] = "placeholder"  # wandb joins the loggers when its key is set
     c["gepo/mixture_gepo.sh"].expect[0]["trainer.logger"] = ["console", "file", "wandb"]
-    c["gepo/train.sh"] = Case(
-        env={**MIXTURE_ENV, "TASK": "mixture", "METHOD": "gepo_per_source", "REWARD_PATH": "/placeholder/reward.py",
-             "EPOCHS": "1"}, required=required,
+    c["gepo/mixture_gepo_per_source.sh"] = Case(
+        env={**MIXTURE_ENV, "REWARD_PATH": "/placeholder/reward.py", "EPOCHS": "1"}, required=required,
         expect=[gepo_expect("mixture", "gepo_per_source", MIXTURE_ENV["MODEL"], out,
                             **{"reward.custom_reward_function.path": "/placeholder/reward.py",
                                "trainer.total_epochs": 1})])
@@ -215,6 +214,8 @@ def test_every_script_has_a_case_and_the_house_style():
         assert os.access(path, os.X_OK), f"{script} is not executable"
         assert text.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in text, script
         assert '"$@"' in text, f"{script} does not pass extra Hydra overrides through"
+        if script.startswith(("edge_grpo/", "gepo/")):  # a paper row reads as the command it runs
+            assert "vx_launch --config-name " in text and "algorithm.adv_estimator=" in text, script
     # every required variable of any script is exercised by the missing-variable test below
     declared = {m for p in EXAMPLES.rglob("*.sh") for m in re.findall(r"\$\{(\w+):\?", p.read_text())}
     tested = {v for case in cases("out").values() for v in case.required}
@@ -298,13 +299,11 @@ def test_bad_variables_are_refused(tmp_path):
                                      ("DRY_RUN", "yes", "DRY_RUN must be 0 or 1")):
         bad = run_script("toy/train.sh", script_env(tmp_path, {variable: value}), cwd=tmp_path)
         assert bad.returncode == 2 and message in bad.stderr and bad.stdout == ""
-    for script, variable, value in (("edge_grpo/train.sh", "ROW", "eda"), ("edge_grpo/train.sh", "BATCH", "big"),
-                                    ("gepo/train.sh", "TASK", "code"), ("gepo/train.sh", "METHOD", "edge_grpo")):
-        bad = run_script(script, script_env(tmp_path, {variable: value}), cwd=tmp_path)
-        assert bad.returncode == 2 and f"{variable} must be" in bad.stderr and bad.stdout == ""
+    bad = run_script("edge_grpo/qwen2.5-math-7b/force_r.sh", script_env(tmp_path, {"BATCH": "big"}), cwd=tmp_path)
+    assert bad.returncode == 2 and "force_r.sh: BATCH must be throughput or paper" in bad.stderr and bad.stdout == ""
     # a real run (DRY_RUN=0) stops before starting anything when a local input is missing
     missing = run_script("edge_grpo/qwen2.5-math-1.5b/grpo.sh", script_env(tmp_path, {"DRY_RUN": "0"}, "false"),
                          cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.strip() == (
-        "train.sh: TRAIN_FILE (python -m verl_ext.data.deepscaler writes it): data/train/train.parquet does not exist")
+        "grpo.sh: TRAIN_FILE (python -m verl_ext.data.deepscaler writes it): data/train/train.parquet does not exist")
     assert not (tmp_path / "out").exists()

@@ -1,17 +1,10 @@
 """Vectorised per-group reductions: uid -> dense group id, then sums/means/stds with index_add (no Python loop).
 
-numpy/pandas/torch only.  verl has helpers for two of these jobs (``verl.utils.groupwise.as_torch_index`` and
-``group_mean_std``); verl_ext keeps its own, measured with ``benchmarks/bench_groupwise.py`` (same inputs, one run):
-
-* ``group_ids`` is 2-9x faster than ``as_torch_index`` on verl's uuid uid column in every run (hash factorisation
-  instead of sorting strings; e.g. 1.1 ms vs 3.6 ms at 8192 rows, 9 ms vs 88 ms at 65536, 2 CPU threads) and keeps
-  labels apart that ``as_torch_index`` merges by coercing numeric strings ("1" and "01");
-* ``group_mean_std`` showed no consistent difference to verl's (the same index_add passes; runs on a loaded
-  machine went either way), but keeps the input dtype, reports singleton groups as they are (std 0; callers
-  choose, e.g. GRPO's mean 0 / std 1) and has no device policy of its own;
-* importing ``verl.utils.groupwise`` imports verl itself (its platform layer, Ray, transformers: ~5 s, ~4000
-  modules), which ``algos/`` must not: it holds the pure math, importable and testable without verl.
-The results agree with verl's (the benchmark checks groups, statistics and GRPO advantages).
+torch/numpy/pandas only, importable without verl. verl has helpers for two of these jobs
+(``verl.utils.groupwise``); these are kept because ``algos/`` must not import verl (which pulls Ray and
+transformers), ``group_ids`` keeps labels apart that verl's index merges ("1" and "01"), and singleton groups are
+reported as they are (std 0) for the caller to decide. ``benchmarks/bench_groupwise.py`` checks both agree and
+times them (numbers: docs/benchmarks.md).
 """
 
 from __future__ import annotations

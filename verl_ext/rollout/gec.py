@@ -56,6 +56,7 @@ KEY_INJECTED_TOKENS = "gec_injected_tokens"  # int, cue/template/solution/EOS to
 KEY_TRUNCATED = "gec_truncated"  # bool, the edit was cut by rollout.response_length
 KEY_RESPONSE_LEN_BEFORE = "gec_response_len_before"  # int, tokens of the first response
 KEY_FIRST_HIT_CAP = "gec_first_hit_cap"  # bool, the first generation stopped at first_generation_budget, no EOS
+KEY_SPANS = "gec_spans"  # list of [kind, start, end]: the final response's pieces (SPAN_KINDS), token positions
 # str, what GEC could not do with this row's data ("" when nothing): a row without ground truth that drew the answer
 # branch, unknown extra_info.sampling_params keys; counted in gec/errors, past algorithm.gec.max_error_frac the
 # driver stops the run (trainer/gec_metrics.check_gec_errors)
@@ -69,8 +70,22 @@ EXTRA_KEYS = (
     KEY_TRUNCATED,
     KEY_RESPONSE_LEN_BEFORE,
     KEY_FIRST_HIT_CAP,
+    KEY_SPANS,
     KEY_ERROR,
 )
+# Only while verl's rollout dump is on (trainer.rollout_data_dir): the first response's token ids, written where the
+# final response does not start with them (the solution branches replace the whole response).
+KEY_FIRST_RESPONSE_IDS = "gec_first_response_ids"
+
+# Pieces of a final response (KEY_SPANS): the policy's own first response (its kept core), the injected cue,
+# answer template, reference solution or EOS, and the policy's continuation after the cue.
+SPAN_POLICY = "policy"
+SPAN_CUE = "cue"
+SPAN_CONTINUATION = "continuation"
+SPAN_ANSWER = "answer"
+SPAN_SOLUTION = "solution"
+SPAN_EOS = "eos"
+SPAN_KINDS = (SPAN_POLICY, SPAN_CUE, SPAN_CONTINUATION, SPAN_ANSWER, SPAN_SOLUTION, SPAN_EOS)
 
 
 # ---------------------------------------------------------------- branch choice
@@ -234,6 +249,7 @@ class Segment:
     injected: bool
     mask: Optional[list[int]] = None  # policy pieces: their original response_mask values (default all 1)
     logprobs: Optional[list[float]] = None  # policy pieces: rollout log-probs (padded with 0.0 if short)
+    kind: str = ""  # one of SPAN_KINDS (for KEY_SPANS); "" -> policy or, for injected pieces, "injected"
 
 
 @dataclass
@@ -245,6 +261,7 @@ class AssembledResponse:
     injected_tokens: int  # injected tokens kept after truncation
     policy_prefix_tokens: int  # leading tokens that are the first response's own (for routed experts)
     segment_lengths: list[int] = field(default_factory=list)  # kept tokens per segment
+    spans: list[list] = field(default_factory=list)  # [kind, start, end] per non-empty kept segment (KEY_SPANS)
 
 
 def assemble_response(
@@ -296,7 +313,27 @@ def assemble_response(
         injected_tokens=injected,
         policy_prefix_tokens=prefix,
         segment_lengths=kept_lengths,
+        spans=response_spans(segments, kept_lengths),
     )
+
+
+def response_spans(segments: Sequence[Segment], kept_lengths: Sequence[int]) -> list[list]:
+    """Where each segment lies in the assembled response.
+
+    Args:
+        segments: the pieces, in order (their ``kind`` names the span; unnamed: ``policy`` / ``injected``).
+        kept_lengths: tokens kept of each segment after the cut to response_length.
+
+    Returns:
+        ``[kind, start, end]`` (half-open token positions) per segment with at least one kept token.
+    """
+    spans, start = [], 0
+    for seg, k in zip(segments, kept_lengths):
+        if k > 0:
+            kind = seg.kind or ("injected" if seg.injected else SPAN_POLICY)
+            spans.append([kind, start, start + int(k)])
+        start += int(k)
+    return spans
 
 
 # ---------------------------------------------------------------- training or validation rollout

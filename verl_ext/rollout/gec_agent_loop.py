@@ -16,7 +16,11 @@ tokens); then the loop
      solution ids + EOS;
   3. returns the original prompt (no hint) with the new response; ``reward_score`` stays None so verl's reward
      loop scores the final response against the row's ground truth.
-Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``.
+Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``, among them
+``gec_spans`` (where the policy's first response, the injected pieces and the continuation lie in the final
+response: a few ints, nothing decoded); while verl's rollout dump is on (``trainer.rollout_data_dir``) a solution
+branch, which replaces the whole first response, also keeps that response's ids (``gec_first_response_ids``) so the
+dump can show it (``verl_ext.trainer.gec_dump``).
 
 Rollout log-probs of injected tokens (cue, template, solution, added EOS) are 0.0: no engine sampled them and
 the generate API cannot score given tokens. verl's loss uses the actor's recomputed old log-probs (ratio 1 on
@@ -290,6 +294,11 @@ class GecAgentLoop(SingleTurnAgentLoop):
         extra = result.get("reward_extra_info") if isinstance(result, dict) else None
         return _reward_value(result), (extra if isinstance(extra, dict) else {})
 
+    def _dumps_rollouts(self) -> bool:
+        """Whether verl dumps the training rollouts (``trainer.rollout_data_dir``): then GEC keeps what shows an edit."""
+        trainer = self.config.get("trainer", None) or {}
+        return bool(trainer.get("rollout_data_dir", None))
+
     def _rng(self, kwargs: dict):
         """The sample's branch draw: seeded by its uid and what tells the n samples of a uid apart (v1's
         ``session_id``, the legacy manager's per-row ``priority``; ``verl_compat.check_agent_loop`` checks that verl
@@ -377,13 +386,17 @@ class GecAgentLoop(SingleTurnAgentLoop):
             gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
             gec.KEY_ERROR: "; ".join(errors),
         }
+        if self._dumps_rollouts():  # on every row: verl's DataProto.concat needs the same columns in every chunk
+            fields[gec.KEY_FIRST_RESPONSE_IDS] = None
         if branch not in gec.EDIT_BRANCHES:
+            fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
             output.extra_fields.update(fields)
             return output
 
         core_seg = gec.Segment(
             ids=core,
             injected=False,
+            kind=gec.SPAN_POLICY,
             mask=list(output.response_mask[: len(core)]),
             logprobs=list(output.response_logprobs[: len(core)]) if output.response_logprobs else None,
         )
@@ -403,15 +416,17 @@ class GecAgentLoop(SingleTurnAgentLoop):
             if budget < cfg.max_continuation_tokens:
                 stopped = bool(cont_ids) and gec.split_terminal(cont_ids, self._stop_ids())[1] is not None
                 continuation_cut = budget == 0 or (len(cont_ids) >= budget and not stopped)
-            segments = [core_seg, gec.Segment(cue_ids, injected=True),
-                        gec.Segment(cont_ids, injected=False, logprobs=cont_lps)]
+            segments = [core_seg, gec.Segment(cue_ids, injected=True, kind=gec.SPAN_CUE),
+                        gec.Segment(cont_ids, injected=False, logprobs=cont_lps, kind=gec.SPAN_CONTINUATION)]
             fields[gec.KEY_CONTINUATION_TOKENS] = len(cont_ids)
         elif branch in gec.ANSWER_BRANCHES:
-            segments = [core_seg, gec.Segment(plan.answer_ids, injected=True),
-                        gec.Segment([self._eos_id(terminator)], injected=True)]
+            segments = [core_seg, gec.Segment(plan.answer_ids, injected=True, kind=gec.SPAN_ANSWER),
+                        gec.Segment([self._eos_id(terminator)], injected=True, kind=gec.SPAN_EOS)]
         else:  # solution: the reference solution replaces the whole response
-            segments = [gec.Segment(plan.solution_ids, injected=True),
-                        gec.Segment([self._eos_id(terminator)], injected=True)]
+            segments = [gec.Segment(plan.solution_ids, injected=True, kind=gec.SPAN_SOLUTION),
+                        gec.Segment([self._eos_id(terminator)], injected=True, kind=gec.SPAN_EOS)]
+            if self._dumps_rollouts():  # the final response no longer holds the first one
+                fields[gec.KEY_FIRST_RESPONSE_IDS] = response_ids
 
         built = gec.assemble_response(
             segments,
@@ -422,6 +437,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if branch == gec.BRANCH_REFLECT:
             fields[gec.KEY_CONTINUATION_TOKENS] = built.segment_lengths[2]
         fields[gec.KEY_INJECTED_TOKENS] = built.injected_tokens
+        fields[gec.KEY_SPANS] = built.spans
         fields[gec.KEY_TRUNCATED] = bool(built.truncated or continuation_cut)
 
         output.response_ids = built.response_ids

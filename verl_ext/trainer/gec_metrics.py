@@ -62,17 +62,18 @@ def _group_all_equal(values: np.ndarray, gid: np.ndarray, groups: int) -> np.nda
     return low == high
 
 
-def _gec_columns(non_tensor_batch: dict, n: int) -> dict[str, list] | None:
-    """The per-sample GEC fields, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts."""
+def gec_columns(non_tensor_batch: dict, n: int, keys=EXTRA_KEYS) -> dict[str, list] | None:
+    """The per-sample GEC fields ``keys``, from flat columns (legacy trainer) or from v1's ``extra_fields`` dicts;
+    None when no row has GEC fields."""
     if KEY_BRANCH in non_tensor_batch:
-        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in EXTRA_KEYS}
+        return {k: list(non_tensor_batch[k]) if k in non_tensor_batch else [None] * n for k in keys}
     extra = non_tensor_batch.get("extra_fields")
     if extra is None:
         return None
     rows = [getattr(r, "data", r) for r in list(extra)]
     if not any(isinstance(r, dict) and KEY_BRANCH in r for r in rows):
         return None
-    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in EXTRA_KEYS}
+    return {k: [r.get(k) if isinstance(r, dict) else None for r in rows] for k in keys}
 
 
 def _final_acc(non_tensor_batch: dict, n: int) -> list[bool | None]:
@@ -113,7 +114,7 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     """
     uid, scores = _uids_and_scores(uid, final_scores, "gec_step_metrics")
     n = len(scores)
-    cols = _gec_columns(non_tensor_batch, n)
+    cols = gec_columns(non_tensor_batch, n)
     if cols is None:
         return {}
     branch = cols[KEY_BRANCH]
@@ -182,7 +183,7 @@ def check_gec_errors(non_tensor_batch: dict, max_error_frac: float) -> None:
     ``gec_error`` (e.g. no ground truth for a drawn answer injection): the run stops at the step that shows it,
     naming the first rows' problems, instead of training on (or, on v1, silently dropping) them."""
     n = len(next(iter(non_tensor_batch.values()))) if non_tensor_batch else 0
-    cols = _gec_columns(non_tensor_batch, n)
+    cols = gec_columns(non_tensor_batch, n)
     if cols is None:
         return
     rows = [b is not None for b in cols[KEY_BRANCH]]
@@ -210,7 +211,7 @@ def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_sour
     n = len(scores)
     final = _final_acc(non_tensor_batch, n)
     correct = [a if a is not None else bool(s >= float(correct_threshold)) for a, s in zip(final, scores)]
-    cols = _gec_columns(non_tensor_batch, n)
+    cols = gec_columns(non_tensor_batch, n)
     if cols is not None:  # GEC rows: the recorded first-response outcome
         correct = [bool(c) if c is not None else f for c, f in zip(cols[KEY_CORRECT_BEFORE], correct)]
     gid, groups = _group_codes(uid)

@@ -4,7 +4,7 @@ Hooks: ``_compute_old_log_prob`` keeps a copy of the per-token entropy (``fit()`
 after logging it), ``fit`` routes the module-level ``compute_advantage`` (the only advantage call site of the
 legacy loop, looked up at call time) through the shared function while it runs (any other estimator: verl's own
 function, and the step diagnostics from its output), ``_update_actor`` adds the step's advantage and GEC metrics to
-the actor metrics that ``fit()`` logs, ``_get_gen_batch`` tags rows as training or validation rollouts while GEC is
+the actor metrics that ``fit()`` logs, ``_log_rollout_data`` adds GEC's columns to verl's rollout dump, ``_get_gen_batch`` tags rows as training or validation rollouts while GEC is
 on (``_validate`` marks its calls); the mixin's checkpoint hooks keep the history;
 ``init_workers`` installs the entropy_grad actor loss when it is on.
 """
@@ -61,6 +61,12 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
         data = self._ext_compute_advantage(data)
         data.batch.pop(ENTROPY_KEY, None)  # not needed by the actor update
         return data
+
+    def _log_rollout_data(self, batch, reward_extra_infos_dict, timing_raw, rollout_data_dir):
+        # verl dumps every list of per-row values it is handed next to its own columns: add what GEC wrote
+        columns = self._gec_dump_columns(batch.non_tensor_batch, batch.batch["responses"],
+                                         batch.non_tensor_batch["uid"], batch.non_tensor_batch.get("data_source"))
+        return super()._log_rollout_data(batch, {**reward_extra_infos_dict, **columns}, timing_raw, rollout_data_dir)
 
     def _update_actor(self, batch):
         actor_output = super()._update_actor(batch)

@@ -4,7 +4,8 @@ It owns the run's GroupEntropyHistory on the driver, routes each step's batch to
 ``compute_extension_advantage``, tags the rows it sends to rollout as training or validation while GEC is on
 (``names.TRAINING_ROLLOUT_KEY``, read by the ``gec_agent`` loop) and keeps the history in every checkpoint (``global_step_N/verl_ext_state.json``,
 written before verl writes its ``latest_checkpointed_iteration.txt``, so a checkpoint verl can resume from always
-has it).  Any other ``adv_estimator`` goes through verl untouched; GEC's metrics (``gec/...``) are logged with any estimator.
+has it).  Any other ``adv_estimator`` goes through verl untouched; GEC's metrics (``gec/...``) are logged with any estimator,
+and with ``trainer.rollout_data_dir`` set verl's rollout dump carries what GEC wrote (``gec_dump.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from verl import DataProto
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
+from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,16 @@ class EntropyAdvantageMixin:
         """All-wrong groups of the step before correction, overall and per data source (any estimator, GEC or not)."""
         return all_wrong_group_metrics(non_tensor_batch, uid, final_scores, data_source,
                                        correct_threshold=self.ext_config.gec.correct_threshold)
+
+    def _gec_dump_columns(self, non_tensor_batch: dict, responses, uid, data_source) -> dict[str, list]:
+        """What GEC wrote, as extra columns of verl's rollout dump (``gec_dump.py``); {} when GEC is off."""
+        if not self.ext_config.gec.enable:
+            return {}
+
+        def batch_decode(pieces):
+            return self.tokenizer.batch_decode(pieces, skip_special_tokens=True)  # as verl's own dump decodes
+
+        return gec_dump_columns(non_tensor_batch, responses, uid, data_source, batch_decode) or {}
 
     def _ext_rollout_tags(self, num_rows: int, training: bool) -> np.ndarray | None:
         """The ``names.TRAINING_ROLLOUT_KEY`` column for rows sent to rollout (None while GEC is off: verl's batch

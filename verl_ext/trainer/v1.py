@@ -1,13 +1,15 @@
-"""verl's v1 trainers (``trainer.use_v1=true``; sync, colocate_async, separate_async) with verl_ext's routing.
+"""verl's v1 trainers (``trainer.use_v1=true``: sync, colocate_async, separate_async) with verl_ext's glue.
 
-``_compute_advantage`` fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy`` and
-``data_source``) from TransferQueue and routes the module-level ``compute_advantage_for_multi_trajectories`` of
-trainer_base (looked up at call time) through the shared function for verl_ext estimators (any other estimator:
-verl's own function, and the step diagnostics from its output); everything else in verl's step (KL-in-reward,
-rollout correction, writing advantages back) stays verl's.  With GEC on, the step's
-``gec/...`` metrics are computed here too, for any estimator, and the rows sent to rollout are tagged as training
-(``_next_train_batch``) or validation (``_validate``'s batches) for the ``gec_agent`` loop.  With ``edge_grpo.entropy_grad`` the per-response
-fields its actor loss reads go to TransferQueue next to the advantages, and ``on_init_end`` installs that loss.
+What the subclass adds to verl's step:
+
+* ``_compute_advantage``: fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy``,
+  ``data_source``, GEC's fields) from TransferQueue, routes verl_ext's estimators through
+  ``advantage.compute_extension_advantage`` (any other estimator stays verl's; its step diagnostics are read from
+  verl's output) and logs the outcome metrics (``gec/...``, all-wrong groups);
+* ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
+* ``on_init_end``: installs the actor loss of ``edge_grpo.entropy_grad``, whose per-response fields go to
+  TransferQueue next to the advantages;
+* ``_log_rollout_data``: GEC's columns in verl's rollout dump (``trainer.rollout_data_dir``; ``gec_dump.py``).
 """
 
 from __future__ import annotations
@@ -106,6 +108,33 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         # after verl averaged the step's mini-batch metrics (parameter_sync_step > 1): the history's exact count
         metrics.update(self._history_metrics())
         return super()._compute_metrics(batch, metrics, *args, **kwargs)
+
+    def _log_rollout_data(self, batch, timing_raw, rollout_data_dir):
+        if not self.ext_config.gec.enable:
+            return super()._log_rollout_data(batch, timing_raw, rollout_data_dir)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "responses", "extra_fields", "data_source"])
+        responses = data["responses"]
+        if getattr(responses, "is_nested", False):  # jagged in TransferQueue; the padding lies past every span
+            responses = responses.to_padded_tensor(padding=0)
+        columns = self._gec_dump_columns({"extra_fields": as_object_array(data["extra_fields"])},
+                                         responses, as_object_array(data["uid"]),
+                                         as_object_array(data["data_source"]))
+        # verl's dump sorts the rows and names each by its TransferQueue key ("uid" column): put ours in its order
+        self._ext_dump_rows = ({key: i for i, key in enumerate(batch.keys)}, columns)
+        try:
+            return super()._log_rollout_data(batch, timing_raw, rollout_data_dir)
+        finally:
+            self._ext_dump_rows = None
+
+    def _dump_generations(self, inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path):
+        pending = getattr(self, "_ext_dump_rows", None)  # set only while _log_rollout_data dumps a training step
+        if pending and pending[1] and "uid" in reward_extra_infos_dict:
+            row_of, columns = pending
+            order = [row_of[key] for key in reward_extra_infos_dict["uid"]]
+            reward_extra_infos_dict = {**reward_extra_infos_dict,
+                                       **{name: [col[i] for i in order] for name, col in columns.items()}}
+        return super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
 
     def _v1_outcome_metrics(self, extra_fields, uid, scores, data_source) -> dict[str, float]:
         """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
