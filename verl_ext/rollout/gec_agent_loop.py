@@ -454,7 +454,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return output
 
     async def _continue(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
-                        kwargs: dict) -> tuple[list[int], Optional[list[float]], Any]:
+                        kwargs: dict) -> tuple[list[int], list[float] | None, Any]:
         """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens:
         (token ids, log-probs or None, routed experts or None).
 
