@@ -120,10 +120,10 @@ def run(config: DictConfig) -> None:
     import ray
     from verl.trainer.main_ppo import run_ppo
 
-    from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
     from verl_ext.verl_compat import check_trainers
 
     check_trainers(bool(config.trainer.use_v1))  # here, before Ray starts: a clear error on an unexpected verl
+    from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
     started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
     try:
         run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)

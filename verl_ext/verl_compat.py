@@ -107,6 +107,12 @@ def require_parameters(func: Callable, names: Iterable[str], where: str, hint: s
 
 # ---------------------------------------------------------------- the checks, one per integration area
 
+# the v1 trainer's two known breaks on verl's next release (docs/verl-integration.md, "verl's next release")
+NO_V1_TRAINER_HINT = ("this verl has no v1 trainer (verl's `neo` branch removes it and TransferQueue): "
+                      "run with trainer.use_v1=false")
+NO_TRANSFER_QUEUE_HINT = ("verl's v1 trainer (trainer.use_v1=true) needs TransferQueue, an optional extra on verl "
+                          "main: pip install 'TransferQueue>=0.1.10', or run with trainer.use_v1=false")
+
 
 def check_legacy_trainer() -> None:
     """``trainer.use_v1=false``: ``verl_ext.trainer.legacy`` and ``ExtTaskRunnerLegacy``."""
@@ -137,7 +143,10 @@ def check_legacy_trainer() -> None:
 def check_v1_trainer() -> None:
     """``trainer.use_v1=true``: ``verl_ext.trainer.v1`` and ``ExtTaskRunnerV1``."""
     from verl.trainer import main_ppo
-    from verl.trainer.ppo.v1 import trainer_base
+
+    require_attrs(main_ppo, "TaskRunnerV1", hint=NO_V1_TRAINER_HINT)
+    require_module("transfer_queue", hint=NO_TRANSFER_QUEUE_HINT)  # before verl's v1 modules, which import it
+    trainer_base = require_module("verl.trainer.ppo.v1.trainer_base")
 
     trainer = trainer_base.PPOTrainer
     require_attrs(trainer_base, "PPOTrainer", "TRAINER_REGISTRY", "get_trainer_cls",
@@ -177,9 +186,9 @@ def check_agent_loop() -> None:
     require_attrs(agent_loop, "register", "AgentLoopOutput", "AgentLoopWorker")
     require_attrs(SingleTurnAgentLoop, "run")
     fields = getattr(agent_loop.AgentLoopOutput, "model_fields", {})
+    # not required: mm_processor_output (verl 0.9.1's SGLang video payload, absent on verl main), passed on when set
     for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "routed_experts",
-                 "multi_modal_data", "mm_processor_output", "mm_processor_kwargs", "extra_fields", "num_turns",
-                 "metrics"):
+                 "multi_modal_data", "mm_processor_kwargs", "extra_fields", "num_turns", "metrics"):
         require(name in fields, f"field {name!r} of AgentLoopOutput", "gec_agent edits the output in place")
     worker = agent_loop.AgentLoopWorker
     require_uses(worker.generate_sequences, ("non_tensor_batch", "_run_agent_loop"),

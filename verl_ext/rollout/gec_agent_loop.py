@@ -469,6 +469,11 @@ class GecAgentLoop(SingleTurnAgentLoop):
             request_id = (f"det-{priority}-gec" if getattr(self.rollout_config, "full_determinism", False)
                           else uuid4().hex)
         mm = output.multi_modal_data or {}
+        optional = {}
+        # verl 0.9.1's SGLang video payload; verl main (0.10.0.dev) has no such field nor generate argument
+        mm_processor_output = getattr(output, "mm_processor_output", None)
+        if mm_processor_output is not None:
+            optional["mm_processor_output"] = mm_processor_output
         start = time.perf_counter()
         token_output = await self.server_manager.generate(
             request_id=request_id,
@@ -477,9 +482,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
             image_data=mm.get("images"),
             audio_data=mm.get("audios"),
             video_data=mm.get("videos"),
-            mm_processor_output=output.mm_processor_output,
             mm_processor_kwargs=output.mm_processor_kwargs,
             priority=priority,
+            **optional,
         )
         output.metrics.generate_sequences += time.perf_counter() - start
         _merge_token_extra(output.extra_fields, token_output.extra_fields or {})

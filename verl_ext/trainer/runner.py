@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import ray
-from verl.trainer.main_ppo import TaskRunnerV1
+from verl.trainer import main_ppo
 from verl.trainer.main_ppo_v0 import TaskRunner
 
 
@@ -36,16 +36,21 @@ def point_file_logger(config) -> None:
         os.environ["VERL_FILE_LOGGER_PATH"] = file_logger_path(os.path.abspath(requested))
 
 
-@ray.remote
-class ExtTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):
-    def run(self, config):
-        from verl_ext.trainer.v1 import install_extension_trainers
-        from verl_ext.verl_compat import check_trainers
+if hasattr(main_ppo, "TaskRunnerV1"):
 
-        check_trainers(use_v1=True)
-        point_file_logger(config)
-        install_extension_trainers()
-        return super().run(config)
+    @ray.remote
+    class ExtTaskRunnerV1(main_ppo.TaskRunnerV1.__ray_actor_class__):
+        def run(self, config):
+            from verl_ext.trainer.v1 import install_extension_trainers
+            from verl_ext.verl_compat import check_trainers
+
+            check_trainers(use_v1=True)
+            point_file_logger(config)
+            install_extension_trainers()
+            return super().run(config)
+
+else:  # a verl without the v1 trainer (verl's `neo` branch): verl_compat.check_v1_trainer refuses use_v1=true
+    ExtTaskRunnerV1 = None
 
 
 @ray.remote
