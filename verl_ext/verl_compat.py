@@ -215,8 +215,13 @@ def check_agent_loop_sample_keys() -> None:
 
     require_uses(agent_loop.AgentLoopManager.generate_sequences, ("priority",), "AgentLoopManager.generate_sequences",
                  "gec_agent keys each sample's branch draw on it (legacy trainer)")
-    agent_loop_tq = require_module("verl.trainer.ppo.v1.agent_loop_tq")
-    worker = getattr(agent_loop_tq.AgentLoopWorkerTQ, "__ray_actor_class__", agent_loop_tq.AgentLoopWorkerTQ)
+    try:  # v1's worker; a verl without TransferQueue or the v1 trainer has none (check_v1_trainer refuses v1 there)
+        agent_loop_tq = importlib.import_module("verl.trainer.ppo.v1.agent_loop_tq")
+    except ImportError:
+        return
+    worker = getattr(agent_loop_tq, "AgentLoopWorkerTQ", None)
+    require(worker is not None, "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ")
+    worker = getattr(worker, "__ray_actor_class__", worker)
     require_attrs(worker, "_run_prompt")
     require_uses(worker._run_prompt, ("session_id", "_run_agent_loop"), "AgentLoopWorkerTQ._run_prompt",
                  "gec_agent keys each sample's branch draw on it (v1 trainer)")
@@ -224,15 +229,18 @@ def check_agent_loop_sample_keys() -> None:
 
 def check_agent_loop_routing() -> None:
     """A reflection continuation reuses the first generation's request id, which ``SingleTurnAgentLoop.run`` passes to
-    ``server_manager.generate`` and verl's load balancer routes by (sticky sessions: the same replica, whose prefix
-    cache holds prompt + core)."""
+    ``server_manager.generate`` and verl's ``LLMServerClient`` routes by (its load balancer's sticky sessions: the same
+    replica, whose prefix cache holds prompt + core)."""
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
-    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from verl.workers.rollout.llm_server import LLMServerClient
 
     require_uses(SingleTurnAgentLoop.run, ("server_manager", "generate", "request_id", "routed_experts"),
                  "SingleTurnAgentLoop.run", "gec_agent records the first generation's request id there")
-    require_parameters(GlobalRequestLoadBalancer.acquire_server, ("request_id",),
-                       "GlobalRequestLoadBalancer.acquire_server", "verl's sticky routing key")
+    require_attrs(LLMServerClient, "_acquire_server", hint="verl's routing by request id")
+    require_parameters(LLMServerClient._acquire_server, ("request_id",), "LLMServerClient._acquire_server",
+                       "verl's sticky routing key")
+    require_uses(LLMServerClient.generate, ("_acquire_server",), "LLMServerClient.generate",
+                 "the continuation is routed like the first generation")
 
 
 def check_reward_manager() -> None:
