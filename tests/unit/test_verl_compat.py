@@ -20,9 +20,27 @@ def _assert_clear(error: pytest.ExceptionInfo, *names: str) -> None:
 
 @pytest.mark.parametrize("check", ["check_legacy_trainer", "check_v1_trainer", "check_agent_loop",
                                    "check_reward_manager", "check_entropy_grad_loss", "check_fsdp_optimizer_config",
-                                   "check_cpu_platform", "check_cpu_mode", "check_file_logger"])
+                                   "check_cpu_platform", "check_cpu_mode", "check_file_logger",
+                                   "check_plugin_hooks"])
 def test_checks_pass_on_installed_verl(check):
     getattr(verl_compat, check)()
+
+
+def test_plugin_hooks_check_sees_every_hooked_module():
+    from verl_ext import import_hooks
+
+    assert set(verl_ext.plugin.HOOKS) <= set(import_hooks.watched())  # the plugin registered all its hooks here
+
+
+def test_a_hooked_module_verl_no_longer_has(monkeypatch):
+    """A hook on a module verl moved would never fire: the registration would silently not happen."""
+    from verl_ext import import_hooks
+
+    hooks = dict(import_hooks._HOOKS, **{"verl.trainer.ppo.core_algos_moved": [("register it", lambda m: None, False)]})
+    monkeypatch.setattr(import_hooks, "_HOOKS", hooks)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_plugin_hooks()
+    _assert_clear(e, "verl.trainer.ppo.core_algos_moved", "register it")
 
 
 def test_fsdp_engine_check_passes():

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 from omegaconf import OmegaConf
 
+from verl_ext import import_hooks
 from verl_ext.config import ConfigError
 from verl_ext.cpu import vllm_cpu
 
@@ -58,6 +59,7 @@ def fake_package(tmp_path, monkeypatch):
             raise ValueError("vllm version None not supported")
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(import_hooks, "_HOOKS", {k: list(v) for k, v in import_hooks._HOOKS.items()})
     yield "fake_verl_ext_pkg.third_party_vllm"
     for name in [n for n in sys.modules if n.startswith("fake_verl_ext_pkg")]:
         del sys.modules[name]
@@ -73,14 +75,10 @@ def test_version_patch_runs_when_the_module_is_imported_and_only_there(fake_pack
     sys.modules.pop(fake_package, None)
 
     vllm_cpu._when_imported(fake_package, vllm_cpu._patch_verl_vllm_version_lookup)
-    try:
-        module = __import__(fake_package, fromlist=["x"])
-    finally:
-        vllm_cpu._PATCHER.hooks.pop(fake_package, None)
+    module = __import__(fake_package, fromlist=["x"])
     assert module.package_version == "0.31.0+cpu"
     assert module.get_version("vllm") == "0.31.0+cpu"  # later lookups through the module keep working
     assert importlib.metadata.version is lookup  # the global function is back as it was
-    assert fake_package not in vllm_cpu._PATCHER.hooks  # one shot
 
 
 def test_patch_applies_at_once_to_a_module_already_imported(fake_package, monkeypatch):
@@ -88,7 +86,7 @@ def test_patch_applies_at_once_to_a_module_already_imported(fake_package, monkey
     module = __import__(fake_package, fromlist=["x"])
     calls = []
     vllm_cpu._when_imported(fake_package, lambda exec_module, m: calls.append(m))
-    assert calls == [module] and fake_package not in vllm_cpu._PATCHER.hooks
+    assert calls == [module]
 
 
 # ---------------------------------------------------------------- 2. CPU weight prepacking keeps the weight
@@ -117,9 +115,9 @@ def test_gemm_patch_replaces_the_module_attribute():
 def test_patches_stay_off_without_the_cpu_build(monkeypatch):
     monkeypatch.setattr(vllm_cpu, "_distribution_version", lambda n: {"vllm": "0.24.0"}.get(n))
     assert not vllm_cpu.vllm_cpu_build_installed()
-    hooks = dict(vllm_cpu._PATCHER.hooks)
+    hooks = import_hooks.watched()
     assert vllm_cpu.install_vllm_cpu_patches() is False
-    assert vllm_cpu._PATCHER.hooks == hooks
+    assert import_hooks.watched() == hooks
 
 
 # ---------------------------------------------------------------- the install check

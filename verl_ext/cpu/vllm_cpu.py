@@ -29,12 +29,12 @@ The config side (working defaults for ``rollout.name=vllm`` on CPU, errors for v
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import importlib.metadata
 import importlib.util
 import logging
-import sys
 from typing import Any, Callable, Iterable, Optional
+
+from verl_ext.import_hooks import when_imported
 
 logger = logging.getLogger(__name__)
 
@@ -59,44 +59,9 @@ def vllm_cpu_build_installed() -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class _ImportPatcher(importlib.abc.MetaPathFinder):
-    """Wraps the loader of a few named modules so a hook runs around their execution; one shot per module."""
-
-    def __init__(self):
-        self.hooks: dict[str, Callable] = {}  # module name -> hook(exec_module, module)
-
-    def find_spec(self, fullname, path, target=None):
-        hook = self.hooks.get(fullname)
-        if hook is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        del self.hooks[fullname]
-        exec_module = spec.loader.exec_module
-        spec.loader.exec_module = lambda module: hook(exec_module, module)
-        return spec
-
-
-_PATCHER = _ImportPatcher()
-
-
 def _when_imported(name: str, hook: Callable) -> None:
     """Run ``hook(exec_module, module)`` in place of the module's execution, now if it is already imported."""
-    module = sys.modules.get(name)
-    if module is not None:
-        hook(lambda m: None, module)
-        return
-    _PATCHER.hooks[name] = hook
-    if _PATCHER not in sys.meta_path:
-        sys.meta_path.insert(0, _PATCHER)
+    when_imported(name, f"patch {name} for vLLM's CPU build", hook, around=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------

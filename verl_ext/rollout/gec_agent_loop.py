@@ -61,7 +61,7 @@ from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_K
 from verl_ext.rollout import gec
 from verl_ext.verl_compat import check_agent_loop
 
-check_agent_loop()  # at plugin load, in every process: what this loop relies on in verl's agent-loop worker
+check_agent_loop()  # on import (the plugin's hook on verl's agent-loop package): what this loop relies on in verl
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
