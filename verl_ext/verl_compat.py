@@ -202,10 +202,11 @@ def check_agent_loop() -> None:
     require_parameters(LLMServerClient.generate, ("request_id", "prompt_ids", "sampling_params", "image_data",
                                                   "audio_data", "video_data", "priority"),
                        "LLMServerClient.generate", "gec_agent continues a response through it")
-    check_agent_loop_sample_keys()
-    check_agent_loop_routing()
+    check_agent_loop_routing()  # check_agent_loop_sample_keys: at the first gec_agent loop (v1's worker module may be
+    # mid-import when the plugin's hook runs this)
 
 
+@functools.lru_cache(maxsize=1)
 def check_agent_loop_sample_keys() -> None:
     """GEC's branch draws are independent across the n samples of a uid because verl hands each sample a key of its
     own: v1's ``AgentLoopWorkerTQ._run_prompt`` a ``session_id`` (0..n-1), the legacy ``AgentLoopManager`` a per-row

@@ -724,8 +724,12 @@ def test_sample_keys_and_routing_are_checked_in_verl(monkeypatch):
         await self._run_agent_loop(sampling_params, trajectory=trajectory, **prompt)
 
     monkeypatch.setattr(worker, "_run_prompt", without_session_ids)
-    with pytest.raises(VerlCompatError, match="AgentLoopWorkerTQ._run_prompt using 'session_id'"):
-        check_agent_loop_sample_keys()
+    check_agent_loop_sample_keys.cache_clear()
+    try:
+        with pytest.raises(VerlCompatError, match="AgentLoopWorkerTQ._run_prompt using 'session_id'"):
+            check_agent_loop_sample_keys()
+    finally:
+        check_agent_loop_sample_keys.cache_clear()
 
 
 def test_reflection_continues_on_the_first_generations_replica(tok, reward_path, verl_loop):

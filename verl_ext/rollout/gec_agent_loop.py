@@ -59,7 +59,7 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 from verl_ext.config import unknown_sampling_keys
 from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_KEY
 from verl_ext.rollout import gec
-from verl_ext.verl_compat import check_agent_loop
+from verl_ext.verl_compat import check_agent_loop, check_agent_loop_sample_keys
 
 check_agent_loop()  # on import (the plugin's hook on verl's agent-loop package): what this loop relies on in verl
 
@@ -258,6 +258,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.gec_config = gec_config_of(self.config)
+        check_agent_loop_sample_keys()  # once per process (cached): verl hands each sample its own key
         self._first_request_id = None  # the first generation's, reused by a reflection continuation
 
     # ------------------------------------------------------------ helpers
