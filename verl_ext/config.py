@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from verl_ext.names import (
     ADV_ESTIMATORS,
@@ -21,6 +21,7 @@ from verl_ext.names import (
     EMA_INITS,
     ENTROPY_ESTIMATORS,
     GEC_AGENT_NAME,
+    ROW_SAMPLING_KEYS,
     THRESHOLD_SOURCES,
 )
 
@@ -58,7 +59,7 @@ class EdgeGrpoConfig:
     # true: back-propagate through 1/H_i(θ) in the actor loss, as the official code does; false: detached rescaling
     entropy_grad: bool = False
 
-    def validate(self, prefix: str = "algorithm.edge_grpo") -> "EdgeGrpoConfig":
+    def validate(self, prefix: str = "algorithm.edge_grpo") -> EdgeGrpoConfig:
         _check(self.entropy_eps >= 0, f"{prefix}.entropy_eps", self.entropy_eps, "must be >= 0")
         _check(isinstance(self.entropy_grad, bool), f"{prefix}.entropy_grad", self.entropy_grad,
                "must be true or false")
@@ -93,7 +94,7 @@ class GepoConfig:
     threshold_source: str = "ema"  # ema (paper) | window: thresholds of the pooled last window_size batches
     window_size: int = 20  # batches of group-entropy moments each scope keeps (bounded running window)
 
-    def validate(self, prefix: str = "algorithm.gepo") -> "GepoConfig":
+    def validate(self, prefix: str = "algorithm.gepo") -> GepoConfig:
         _unit_interval(f"{prefix}.alpha_low", self.alpha_low)
         _unit_interval(f"{prefix}.alpha_high", self.alpha_high)
         _check(self.beta_low >= 0, f"{prefix}.beta_low", self.beta_low, "must be >= 0")
@@ -148,8 +149,11 @@ class GecConfig:
     # tokens of its own (EOS not counted) is left uncorrected (branch too_short, gec/count/too_short), so GRPO
     # penalises it instead of GEC turning an immediately-ended reply into a correct one
     min_own_tokens: int = 0
+    # share of a step's GEC training rollouts whose row data GEC could not use (no ground truth for a drawn answer,
+    # unknown extra_info.sampling_params keys; counted in gec/errors) above which the run stops; 0: the first one
+    max_error_frac: float = 0.0
 
-    def validate(self, prefix: str = "algorithm.gec") -> "GecConfig":
+    def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
         _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
         for name in ("p_reflect", "p_answer", "p_solution"):
             _unit_interval(f"{prefix}.{name}", getattr(self, name))
@@ -164,7 +168,17 @@ class GecConfig:
         _check(isinstance(self.min_own_tokens, int) and not isinstance(self.min_own_tokens, bool)
                and self.min_own_tokens >= 0, f"{prefix}.min_own_tokens", self.min_own_tokens,
                "must be an integer >= 0 (0: off)")
+        _unit_interval(f"{prefix}.max_error_frac", self.max_error_frac)
         return self
+
+    def answer_drawable(self) -> str | None:
+        """Which rows can draw the answer injection (and need a ground truth): "all" (p_answer > 0), "no_solution"
+        (only rows without a reference solution, through the solution branch's fallback) or None."""
+        if self.mode != "gec":
+            return None
+        if self.p_answer > 0:
+            return "all"
+        return "no_solution" if self.p_solution > 0 else None
 
 
 @dataclass
@@ -247,28 +261,129 @@ def _as_list(value: Any) -> list:
     return [v for v in value]
 
 
-def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
-    """Per local parquet file with an ``agent_name`` column: {agent name: row count}.
-
-    Only that column is read (pyarrow). Files that do not exist here (remote paths, data not written yet) and
-    non-parquet files are skipped: verl's own loader reports those.
-    """
+def _local_parquet_columns(files: Any, columns: tuple[str, ...]):
+    """(path, {column: values}) for each local parquet file, with those of ``columns`` it has (pyarrow reads only
+    them). Files that do not exist here (remote paths, data not written yet) and non-parquet files are skipped:
+    verl's own loader reports those, and what they hold shows at rollout (gec/errors)."""
     import os
 
-    found: dict[str, dict[Any, int]] = {}
     for path in _as_list(files):
         local = os.path.expanduser(str(path))
         if not local.endswith(".parquet") or not os.path.isfile(local):
             continue
         import pyarrow.parquet as pq
 
-        if "agent_name" not in pq.read_schema(local).names:
+        names = pq.read_schema(local).names
+        present = [c for c in columns if c in names]
+        table = pq.read_table(local, columns=present)
+        yield str(path), {c: table.column(c).to_pylist() for c in present}, table.num_rows
+
+
+def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
+    """Per local parquet file with an ``agent_name`` column: {agent name: row count}."""
+    found: dict[str, dict[Any, int]] = {}
+    for path, cols, _ in _local_parquet_columns(files, ("agent_name",)):
+        if "agent_name" not in cols:
             continue
         counts: dict[Any, int] = {}
-        for name in pq.read_table(local, columns=["agent_name"]).column("agent_name").to_pylist():
+        for name in cols["agent_name"]:
             counts[name] = counts.get(name, 0) + 1
-        found[str(path)] = counts
+        found[path] = counts
     return found
+
+
+def unknown_sampling_keys(extra_info: Any) -> list[str]:
+    """The keys of a row's ``extra_info["sampling_params"]`` that ``gec_agent`` does not know (set ones: a parquet
+    struct gives every row every key of the file, unset ones as None)."""
+    row = extra_info.get("sampling_params") if isinstance(extra_info, dict) else None
+    if not isinstance(row, dict):
+        return []
+    return sorted(k for k, v in row.items() if v is not None and k not in ROW_SAMPLING_KEYS)
+
+
+def has_ground_truth(reward_model: Any) -> bool:
+    """Whether a row's ``reward_model`` gives GEC an answer to inject (``rollout.gec.ground_truth_text``)."""
+    gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model
+    return gt is not None
+
+
+def _bad_rows(files: Any, columns: tuple[str, ...], bad) -> dict[str, tuple[int, int, int, Any]]:
+    """Per local parquet file that has ``columns[0]``: (rows for which ``bad(row) -> detail or None`` gives a
+    detail, total rows, first such row, its detail)."""
+    found = {}
+    for path, cols, num_rows in _local_parquet_columns(files, columns):
+        if columns[0] not in cols:  # e.g. a dataset class that adds the column itself
+            continue
+        first, count, detail = None, 0, None
+        for i in range(num_rows):
+            d = bad({c: cols[c][i] if c in cols else None for c in columns})
+            if d is not None:
+                count += 1
+                if first is None:
+                    first, detail = i, d
+        if count:
+            found[path] = (count, num_rows, first, detail)
+    return found
+
+
+def check_gec_reward(config: Any) -> None:
+    """GEC scores the first response inside the agent loop with verl's rule reward (custom function or default
+    ``compute_score``); a reward model cannot be called from there."""
+    if config_value(config, "reward.reward_model.enable", False) and not config_value(
+            config, "reward.custom_reward_function.path", None):
+        raise ConfigError(
+            "algorithm.gec.enable=true with reward.reward_model.enable=true and no reward.custom_reward_function.path: "
+            "GEC scores the first response inside the agent loop with a rule reward it can call there (a reward model "
+            "alone cannot be); set reward.custom_reward_function.path, or algorithm.gec.enable=false")
+
+
+def check_gec_data(config: Any, gec: GecConfig) -> None:
+    """What the rows of local parquet files hold that ``gec_agent`` would fail on only at rollout: unknown
+    ``extra_info.sampling_params`` keys (train and val files, GEC on or off) and, with GEC on, training rows without
+    a ground truth that can draw the answer injection."""
+    data = config_value(config, "data", {})
+    for key in ("train_files", "val_files"):
+        for path, (count, total, first, keys) in _bad_rows(
+                config_value(data, key, None), ("extra_info",),
+                lambda row: unknown_sampling_keys(row["extra_info"]) or None).items():
+            raise ConfigError(
+                f"data.{key} {path}: {count} of {total} rows set unknown extra_info.sampling_params key(s) (row "
+                f"{first}: {keys}); the {GEC_AGENT_NAME} loop knows {list(ROW_SAMPLING_KEYS)} (a typo would sample "
+                "at the trainer's settings); fix the rows")
+    drawable = gec.answer_drawable() if gec.enable else None
+    if drawable is None:
+        return
+
+    def no_ground_truth(row):
+        if has_ground_truth(row["reward_model"]):
+            return None
+        info = row["extra_info"]
+        solution = info.get(gec.solution_key) if isinstance(info, dict) else None
+        if drawable == "no_solution" and solution is not None and str(solution).strip():
+            return None  # the solution branch uses the row's solution, never the answer
+        return "no reward_model.ground_truth"
+
+    for path, (count, total, first, _) in _bad_rows(config_value(data, "train_files", None),
+                                                     ("reward_model", "extra_info"), no_ground_truth).items():
+        why = (f"algorithm.gec.p_answer={gec.p_answer}" if drawable == "all" else
+               f"algorithm.gec.p_solution={gec.p_solution} falls back to the answer without extra_info."
+               f"{gec.solution_key}")
+        raise ConfigError(
+            f"data.train_files {path}: {count} of {total} rows (first: row {first}) have no reward_model.ground_truth, "
+            f"and GEC's answer injection can be drawn for them ({why}); give every row a ground truth, set "
+            "algorithm.gec.p_answer=0 (and p_solution=0 or a solution per row), or algorithm.gec.enable=false")
+
+
+def bypass_mode(config: Any) -> bool:
+    """``algorithm.rollout_correction.bypass_mode`` of a run config (read as verl reads it): verl then takes the
+    rollout's log-probs as ``old_log_probs`` and skips the old-log-prob pass, and with it the per-token entropy."""
+    return bool(config_value(config, "algorithm.rollout_correction.bypass_mode", False))
+
+
+def needs_entropy(estimator: str, ext: ExtAlgorithmConfig) -> bool:
+    """Whether ``estimator`` with these settings reads the old-log-prob pass's per-token entropy."""
+    return estimator == "edge_grpo" or (
+        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy"))
 
 
 def validate_run_config(config: Any) -> ExtAlgorithmConfig:
@@ -286,19 +401,19 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
     estimator = str(algorithm.adv_estimator)
     rollout = config.actor_rollout_ref.rollout
     rollout_corr = config_value(algorithm, "rollout_correction", {})
-    bypass = bool(config_value(rollout_corr, "bypass_mode", False))
+    bypass = bypass_mode(config)
     n = int(config_value(rollout, "n", 1))
     gec = ext.gec
     validate_feature_combinations(config, ext)
     validate_entropy_grad(config)
 
-    needs_entropy = estimator == "edge_grpo" or (
-        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy")
-    )
-    if needs_entropy and bypass:
+    if bypass and needs_entropy(estimator, ext):
+        what = estimator if estimator == "edge_grpo" else (
+            f"gepo with base={ext.gepo.base} and entropy_estimator={ext.gepo.entropy_estimator}")
         raise ConfigError(
-            f"algorithm.adv_estimator={estimator} needs the per-token entropy of the old-log-prob pass, which "
-            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off"
+            f"algorithm.adv_estimator={what} needs the per-token entropy of the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off (or, for gepo, use a "
+            "log-prob entropy_estimator such as token_mean with a base other than edge_grpo)"
         )
     if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
         config_value(rollout, "calculate_log_probs", False) or bypass
@@ -313,9 +428,12 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
             "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
             "(EDGE-GRPO samples 8, GEPO 16); set actor_rollout_ref.rollout.n >= 2"
         )
+    if config_value(rollout, "agent.default_agent_loop") == GEC_AGENT_NAME or gec.enable:
+        check_gec_data(config, gec)
     if not gec.enable:
         return ext
 
+    check_gec_reward(config)
     if n < 2:
         raise ConfigError(
             f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.gec.enable=true: GEC corrects wrong responses "

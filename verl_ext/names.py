@@ -15,3 +15,6 @@ GEC_AGENT_NAME = "gec_agent"  # the agent loop verl_ext registers (rollout/gec_a
 # rows, False on validation rows. verl hands row columns to agent loops as keyword arguments, so ``gec_agent``
 # reads it there and corrects training rollouts only.
 TRAINING_ROLLOUT_KEY = "verl_ext_training_rollout"
+
+# Keys a row may set in ``extra_info["sampling_params"]`` (rollout/gec_agent_loop.py applies them to that row only)
+ROW_SAMPLING_KEYS = ("temperature", "top_p", "top_k")

@@ -30,7 +30,7 @@ def installed_verl_version() -> str:
         from importlib.metadata import version
 
         return version("verl")
-    except Exception:  # noqa: BLE001  (an uninstalled checkout: any metadata error)
+    except Exception:
         return str(getattr(importlib.import_module("verl"), "__version__", "unknown"))
 
 
@@ -164,6 +164,11 @@ def check_v1_trainer() -> None:
     require_uses(trainer._compute_old_log_prob, ("entropy",), "PPOTrainer._compute_old_log_prob",
                  "verl_ext reads the old-log-prob pass's entropy from TransferQueue under this name")
     require_uses(trainer._add_batch_to_generate, ("_next_train_batch",), "PPOTrainer._add_batch_to_generate")
+    # verl_ext.trainer.v1.real_rows: verl's padding rows carry this tag (verl's own metrics filter on it too)
+    padding = require_module("verl.trainer.ppo.padding_utils")
+    require_uses(padding.construct_minimal_padding_template, ("is_padding",),
+                 "verl.trainer.ppo.padding_utils.construct_minimal_padding_template",
+                 "verl_ext leaves the rows verl pads the batch with out of its statistics by this tag")
     require_uses(trainer._validate, ("val_dataloader", "raw_prompt"), "PPOTrainer._validate",
                  "verl_ext tags validation rows as they come out of val_dataloader")
     require_parameters(trainer._dump_generations, ("inputs", "outputs", "gts", "scores", "reward_extra_infos_dict",
@@ -197,6 +202,46 @@ def check_agent_loop() -> None:
     require_parameters(LLMServerClient.generate, ("request_id", "prompt_ids", "sampling_params", "image_data",
                                                   "audio_data", "video_data", "priority"),
                        "LLMServerClient.generate", "gec_agent continues a response through it")
+    check_agent_loop_routing()  # check_agent_loop_sample_keys: at the first gec_agent loop (v1's worker module may be
+    # mid-import when the plugin's hook runs this)
+
+
+@functools.lru_cache(maxsize=1)
+def check_agent_loop_sample_keys() -> None:
+    """GEC's branch draws are independent across the n samples of a uid because verl hands each sample a key of its
+    own: v1's ``AgentLoopWorkerTQ._run_prompt`` a ``session_id`` (0..n-1), the legacy ``AgentLoopManager`` a per-row
+    ``priority`` (its rows are already repeated n times). Without them every sample of a group would draw the
+    same branch (``GecAgentLoop._rng``)."""
+    from verl.experimental.agent_loop import agent_loop
+
+    require_uses(agent_loop.AgentLoopManager.generate_sequences, ("priority",), "AgentLoopManager.generate_sequences",
+                 "gec_agent keys each sample's branch draw on it (legacy trainer)")
+    try:  # v1's worker; a verl without TransferQueue or the v1 trainer has none (check_v1_trainer refuses v1 there)
+        agent_loop_tq = importlib.import_module("verl.trainer.ppo.v1.agent_loop_tq")
+    except ImportError:
+        return
+    worker = getattr(agent_loop_tq, "AgentLoopWorkerTQ", None)
+    require(worker is not None, "verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ")
+    worker = getattr(worker, "__ray_actor_class__", worker)
+    require_attrs(worker, "_run_prompt")
+    require_uses(worker._run_prompt, ("session_id", "_run_agent_loop"), "AgentLoopWorkerTQ._run_prompt",
+                 "gec_agent keys each sample's branch draw on it (v1 trainer)")
+
+
+def check_agent_loop_routing() -> None:
+    """A reflection continuation reuses the first generation's request id, which ``SingleTurnAgentLoop.run`` passes to
+    ``server_manager.generate`` and verl's ``LLMServerClient`` routes by (its load balancer's sticky sessions: the same
+    replica, whose prefix cache holds prompt + core)."""
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    require_uses(SingleTurnAgentLoop.run, ("server_manager", "generate", "request_id", "routed_experts"),
+                 "SingleTurnAgentLoop.run", "gec_agent records the first generation's request id there")
+    require_attrs(LLMServerClient, "_acquire_server", hint="verl's routing by request id")
+    require_parameters(LLMServerClient._acquire_server, ("request_id",), "LLMServerClient._acquire_server",
+                       "verl's sticky routing key")
+    require_uses(LLMServerClient.generate, ("_acquire_server",), "LLMServerClient.generate",
+                 "the continuation is routed like the first generation")
 
 
 def check_reward_manager() -> None:

@@ -104,3 +104,32 @@ def test_refused_combination_fails_at_start_up_naming_both_settings(tmp_path):
     assert proc.returncode != 0
     assert "algorithm.filter_groups.enable=true with trainer.use_v1=false" in proc.stderr, proc.stderr[-3000:]
     assert "ray.init" not in proc.stdout + proc.stderr and "Started a local Ray instance" not in proc.stderr
+
+
+def test_v1_gepo_in_rollout_correction_bypass_mode(run_main):
+    """gepo (token_mean, GRPO base: no entropy needed) with ``rollout_correction.bypass_mode=true`` on v1: verl skips
+    the old-log-prob pass (no entropy) and takes the rollout's log-probs as old_log_probs, from which H_g comes.
+    GEC stays on with its injected tokens masked (their rollout log-prob 0.0 would otherwise be read)."""
+    steps = run_main(V1, "algorithm.adv_estimator=gepo", "algorithm.rollout_correction.bypass_mode=true",
+                     "actor_rollout_ref.rollout.calculate_log_probs=true", "algorithm.gec.mask_injected=true").metrics()
+    assert sorted(steps) == [1, 2], steps.keys()
+    for step, values in steps.items():
+        for key in ("actor/pg_loss", "actor/grad_norm", "gepo/H_mean", "gepo/H_low", "gepo/H_high"):
+            assert math.isfinite(values[key]), (step, key, values[key])
+        assert values["gepo/history_updates"] == step and values["gec/responses"] > 0
+        assert "verl_ext/response_entropy_mean" not in values  # no entropy in bypass mode
+    assert max(v["actor/grad_norm"] for v in steps.values()) > 0  # the actor was updated
+
+
+def test_v1_padded_batch_enters_no_verl_ext_statistic(run_main):
+    """A global mini-batch of 3 prompts x 8 makes verl's _balance_batch pad the 32 rows of a step to 48
+    (``padding_utils.upsample_batch_to_divisible_size``, as on e.g. 6 or 12 GPUs): GEC's and verl_ext's metrics
+    count the 32 real rows in 4 groups, and with ``sum_mean`` no padding group (H_g = 0) enters GEPO's statistics."""
+    steps = run_main(V1, "algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=sum_mean",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=3").metrics()
+    assert sorted(steps) == [1, 2], steps.keys()
+    for step, values in steps.items():
+        assert values["gec/responses"] == 32 and values["gec/groups"] == 4, (step, values)
+        assert values["verl_ext/singleton_group_count"] == 0 and values["verl_ext/empty_response_count"] == 0
+        assert values["gepo/H_mean"] > 0 and math.isfinite(values["gepo/H_std"])
+        assert values["gepo/nonfinite_group_entropy_count"] == 0

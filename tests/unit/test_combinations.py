@@ -40,7 +40,7 @@ def test_filter_groups_without_verl_ext_features_is_verls_business():
     ("algorithm.gepo.logprob_source=rollout", "algorithm.gepo.logprob_source=rollout"),
 ])
 def test_gec_with_readers_of_rollout_log_probs_is_refused_unless_injected_tokens_are_masked(setting, shown):
-    settings = ["algorithm.adv_estimator=gepo",  # needs no entropy, so bypass_mode reaches the GEC check
+    settings = ["algorithm.adv_estimator=gepo",  # token_mean needs no entropy: bypass_mode reaches the GEC check
                 "actor_rollout_ref.rollout.calculate_log_probs=true", setting]
     with pytest.raises(ConfigError, match=rf"algorithm\.gec\.enable=true cannot be combined with {re.escape(shown)}: "
                                           r".*rollout log-prob is 0\.0.*algorithm\.gec\.mask_injected=true"):
@@ -56,3 +56,32 @@ def test_the_supported_combinations_pass():
              "trainer.v1.trainer_mode=separate_async", "algorithm.filter_groups.enable=true",
              "algorithm.gepo.ema_init=warmup_pool", "algorithm.gepo.warmup_steps=3",
              "algorithm.gepo.threshold_source=window")
+
+
+BYPASS = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=true",
+          "algorithm.gec.enable=false"]
+
+
+@pytest.mark.parametrize("settings", [
+    ["algorithm.adv_estimator=gepo"],  # token_mean: H_g from old_log_probs, which bypass mode sets to the rollout's
+    ["algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=sum_mean", "algorithm.gepo.base=rloo"],
+    ["algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=resp_mean_of_means",
+     "algorithm.gepo.base=drgrpo"],
+    ["algorithm.adv_estimator=gepo", "algorithm.gepo.logprob_source=rollout"],
+])
+def test_bypass_mode_with_estimators_that_need_no_entropy_passes(settings):
+    """tests/e2e/test_combinations.py::test_v1_gepo_in_rollout_correction_bypass_mode runs the first one on v1."""
+    validate(*settings, *BYPASS)
+
+
+@pytest.mark.parametrize("settings, named", [
+    (["algorithm.adv_estimator=edge_grpo"], "algorithm.adv_estimator=edge_grpo"),
+    (["algorithm.adv_estimator=gepo", "algorithm.gepo.base=edge_grpo"],
+     "gepo with base=edge_grpo and entropy_estimator=token_mean"),
+    (["algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=full_entropy"],
+     "gepo with base=grpo and entropy_estimator=full_entropy"),
+])
+def test_bypass_mode_with_estimators_that_read_the_entropy_is_refused(settings, named):
+    with pytest.raises(ConfigError, match=rf"{re.escape(named)} needs the per-token entropy of the old-log-prob pass, "
+                                          r"which algorithm\.rollout_correction\.bypass_mode=true skips"):
+        validate(*settings, *BYPASS)

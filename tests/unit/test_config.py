@@ -84,9 +84,10 @@ def _compose(name, overrides=()):
 
 def _verl_accepts(cfg):
     """verl's own start-up validation and the actor/optimizer dataclasses its workers build."""
-    import verl_ext.plugin  # noqa: F401  (lr_scheduler_type=linear, as in every verl process)
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    import verl_ext.plugin  # noqa: F401  (lr_scheduler_type=linear, as in every verl process)
 
     assert not need_reference_policy(cfg) and not need_critic(cfg)  # no KL: no reference model
     validate_config(cfg, use_reference_policy=False, use_critic=False)
@@ -225,3 +226,71 @@ def test_main_refuses_before_starting_anything():
 
     with pytest.raises(ConfigError, match=r"rollout\.n=1"):
         run(_compose("edge_grpo_paper", ["actor_rollout_ref.rollout.n=1"]))
+
+
+def _rows_parquet(path, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), str(path))
+    return str(path)
+
+
+def _row(gt="5", solution=None, sampling=None):
+    extra = {"index": 0, "solution": solution, "sampling_params": sampling}
+    return {"prompt": "q", "reward_model": {"style": "rule", "ground_truth": gt}, "extra_info": extra}
+
+
+def test_gec_with_a_reward_model_and_no_rule_reward_is_refused_at_start_up():
+    rm = ["algorithm.gec.enable=true", "reward.reward_model.enable=true"]
+    with pytest.raises(ConfigError, match=r"reward\.reward_model\.enable=true and no "
+                                          r"reward\.custom_reward_function\.path"):
+        validate_run_config(_compose("verl_ext", rm))
+    validate_run_config(_compose("verl_ext", [*rm, "reward.custom_reward_function.path=/some/reward.py"]))
+    validate_run_config(_compose("verl_ext", ["reward.reward_model.enable=true"]))  # GEC off: verl's business
+
+
+def test_unknown_row_sampling_params_in_local_data_are_refused_at_start_up(tmp_path):
+    """The gec_agent loop applies a row's extra_info.sampling_params with GEC on or off, in training and validation:
+    a typo is refused before anything starts (parquet structs give every row every key: unset ones are None)."""
+    good = _rows_parquet(tmp_path / "good.parquet", [_row(sampling={"temperature": 0.0}), _row()])
+    typo = _rows_parquet(tmp_path / "typo.parquet", [_row(), _row(sampling={"temprature": 0.0})])
+    validate_run_config(_compose("verl_ext", [f"data.train_files={good}", f"data.val_files={good}"]))
+    for key in ("train_files", "val_files"):
+        for gec_on in ("true", "false"):
+            with pytest.raises(ConfigError, match=rf"data\.{key} .*typo\.parquet: 1 of 2 rows set unknown "
+                                                  r"extra_info\.sampling_params key\(s\) \(row 1: \['temprature'\]\)"):
+                validate_run_config(_compose("verl_ext", [f"data.{key}={typo}", f"algorithm.gec.enable={gec_on}"]))
+    # another agent loop never reads the key
+    validate_run_config(_compose("verl_ext", [f"data.train_files={typo}",
+                                              "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"]))
+
+
+def test_training_rows_without_ground_truth_that_can_draw_the_answer_are_refused_at_start_up(tmp_path):
+    gec_on = "algorithm.gec.enable=true"
+    bare = _rows_parquet(tmp_path / "bare.parquet", [_row(), _row(gt=None), _row(gt=None, solution="2+3=5")])
+    with pytest.raises(ConfigError, match=r"data\.train_files .*bare\.parquet: 2 of 3 rows \(first: row 1\) have no "
+                                          r"reward_model\.ground_truth.*algorithm\.gec\.p_answer=0\.25"):
+        validate_run_config(_compose("verl_ext", [gec_on, f"data.train_files={bare}"]))
+    no_answer = ["algorithm.gec.p_reflect=0.5", "algorithm.gec.p_answer=0.0", "algorithm.gec.p_solution=0.5"]
+    with pytest.raises(ConfigError, match=r"1 of 3 rows \(first: row 1\).*falls back to the answer"):
+        validate_run_config(_compose("verl_ext", [gec_on, *no_answer, f"data.train_files={bare}"]))
+    for fine in (["algorithm.gec.p_reflect=1.0", "algorithm.gec.p_answer=0.0", "algorithm.gec.p_solution=0.0"],
+                 ["algorithm.gec.mode=force_reflect"], ["algorithm.gec.enable=false"]):
+        validate_run_config(_compose("verl_ext", [gec_on, *fine, f"data.train_files={bare}"]))
+    validate_run_config(_compose("verl_ext", [gec_on, f"data.val_files={bare}"]))  # validation is never corrected
+
+
+def test_max_error_frac_is_a_fraction():
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.max_error_frac=1\.5 is invalid"):
+        validate_run_config(_compose("verl_ext", ["algorithm.gec.max_error_frac=1.5"]))
+
+
+def test_files_without_the_column_are_left_to_the_loader(tmp_path):
+    """A file with no reward_model / extra_info column at all (a custom dataset class may add them) is not refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "prompts_only.parquet")
+    pq.write_table(pa.table({"prompt": ["q1", "q2"]}), path)
+    validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", f"data.train_files={path}"]))

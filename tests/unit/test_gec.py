@@ -71,16 +71,18 @@ class FakeServer:
     """Stands in for verl's LLMServerClient: first call -> ``first``, calls after a cue -> ``continuation``."""
 
     def __init__(self, tok, first=FIRST_WRONG, continuation=CONTINUATION, logprobs=True, stop_continuation=True,
-                 first_ignores_max_tokens=False):
+                 first_ignores_max_tokens=False, routed_experts=False):
         self.tok, self.first, self.continuation = tok, first, continuation
         self.logprobs, self.stop_continuation = logprobs, stop_continuation
         self.first_ignores_max_tokens = first_ignores_max_tokens  # a backend that over-generates
+        self.routed_experts = routed_experts  # router replay: (prompt + generated, layers=2, topk=2), call number
         self.calls = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         from verl.workers.rollout.replica import TokenOutput
 
-        self.calls.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        self.calls.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params),
+                           "request_id": request_id})
         eos = self.tok.eos_token_id
         if len(self.calls) == 1:
             ids = self.tok.encode(self.first, add_special_tokens=False) + [eos]
@@ -92,7 +94,11 @@ class FakeServer:
         limit = sampling_params.get("max_tokens")  # as vLLM / SGLang / the hf backend: at most max_tokens
         if limit is not None and not (len(self.calls) == 1 and self.first_ignores_max_tokens):
             ids = ids[:limit]
+        routing = None
+        if self.routed_experts:
+            routing = np.full((len(prompt_ids) + len(ids), 2, 2), len(self.calls), dtype=np.int32)
         return TokenOutput(token_ids=ids, log_probs=[lp] * len(ids) if self.logprobs else None,
+                           routed_experts=routing,
                            extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3})
 
 
@@ -702,3 +708,168 @@ def test_branch_draw_does_not_depend_on_verls_uid(tok, reward_path, verl_loop):
         draws[uid] = [run_loop(tok, config, FakeServer(tok), **{**sample(uid=uid), "priority": p}).extra_fields[
             "gec_branch"] for p in range(12)]
     assert draws["uuid-run-1"] == draws["uuid-run-2"] and len(set(draws["uuid-run-1"])) > 1
+
+
+# ---------------------------------------------------------------- samples of one uid, replicas, router replay
+
+
+def _branches_drawn(rows) -> list[float]:
+    """The first number of each row's branch draw (``GecAgentLoop._rng`` on the row's keyword arguments)."""
+    from verl_ext.rollout.gec_agent_loop import GecAgentLoop
+
+    stub = types.SimpleNamespace(gec_config=GecConfig())
+    return [GecAgentLoop._rng(stub, row).random() for row in rows]
+
+
+def test_the_n_samples_of_a_uid_draw_independently_v1(monkeypatch):
+    """v1: verl's own ``AgentLoopWorkerTQ._run_prompt`` starts the n sessions of a prompt; each gets a draw of its own
+    (reproducible: the same session draws the same)."""
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    async def no_op(**kwargs):
+        return None
+
+    monkeypatch.setattr(agent_loop_tq, "tq", types.SimpleNamespace(async_kv_put=no_op))
+    rows = []
+
+    async def run_agent_loop(sampling_params, trajectory, trace=False, **kwargs):
+        rows.append(kwargs)
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 8, "val_kwargs": {"n": 1}}}})
+    fake = types.SimpleNamespace(config=config, _run_agent_loop=run_agent_loop)
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+    asyncio.run(worker._run_prompt(fake, dict(sample(), global_steps=1), dict(TRAIN_SP), {"validate": False}))
+    assert len(rows) == 8 and {r["uid"] for r in rows} == {"u0"}
+    draws = _branches_drawn(rows)
+    assert len(set(draws)) == 8 and draws == _branches_drawn(rows)
+
+
+def test_the_n_samples_of_a_uid_draw_independently_legacy():
+    """Legacy: verl's own ``AgentLoopManager.generate_sequences`` gives each (already repeated) row a priority."""
+    import inspect
+
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    seen = []
+
+    class Worker:
+        class generate_sequences:  # stands in for a Ray actor method: .remote(chunk)
+            @staticmethod
+            async def remote(chunk):
+                seen.extend(dict(zip(chunk.non_tensor_batch, values))
+                            for values in zip(*chunk.non_tensor_batch.values()))
+                return DataProto(meta_info={"metrics": []})
+
+    fake = types.SimpleNamespace(agent_loop_workers=[Worker(), Worker()], _performance_metrics=lambda m, o: {})
+    columns = {k: np.array([v] * 8, dtype=object) for k, v in sample().items()}  # one prompt repeated n = 8 times
+    asyncio.run(inspect.unwrap(AgentLoopManager.generate_sequences)(fake, DataProto.from_single_dict(columns)))
+    assert len(seen) == 8 and {r["uid"] for r in seen} == {"u0"}
+    assert len(set(_branches_drawn(seen))) == 8
+
+
+def test_rows_without_a_sample_key_still_draw_independently():
+    """Should verl stop passing session_id / priority, the n samples must not all draw one branch."""
+    rows = [dict(sample(), global_steps=1) for _ in range(8)]
+    assert len(set(_branches_drawn(rows))) == 8
+
+
+def test_sample_keys_and_routing_are_checked_in_verl(monkeypatch):
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    from verl_ext.verl_compat import (
+        VerlCompatError,
+        check_agent_loop_routing,
+        check_agent_loop_sample_keys,
+    )
+
+    check_agent_loop_sample_keys()
+    check_agent_loop_routing()
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+
+    async def without_session_ids(self, prompt, sampling_params, trajectory, trace=False):
+        await self._run_agent_loop(sampling_params, trajectory=trajectory, **prompt)
+
+    monkeypatch.setattr(worker, "_run_prompt", without_session_ids)
+    check_agent_loop_sample_keys.cache_clear()
+    try:
+        with pytest.raises(VerlCompatError, match="AgentLoopWorkerTQ._run_prompt using 'session_id'"):
+            check_agent_loop_sample_keys()
+    finally:
+        check_agent_loop_sample_keys.cache_clear()
+
+
+def test_reflection_continues_on_the_first_generations_replica(tok, reward_path, verl_loop):
+    """verl's load balancer routes by request id (sticky sessions): the continuation reuses the first one's."""
+    server = FakeServer(tok)
+    run_loop(tok, make_config(reward_path, p_reflect=1.0, p_answer=0.0, p_solution=0.0), server)
+    assert len(server.calls) == 2 and server.calls[1]["request_id"] == server.calls[0]["request_id"]
+
+
+def test_router_replay_keeps_the_continuations_routing(tok, reward_path, verl_loop):
+    """Router replay (MoE): the first generation's routing up to the kept core, then the continuation request's
+    for cue + continuation (which the policy sampled); answer injection keeps only the core's."""
+    cfg = GecConfig()
+    prompt, core = prompt_of(tok), ids(tok, FIRST_WRONG)
+    out = run_loop(tok, make_config(reward_path, p_reflect=1.0, p_answer=0.0, p_solution=0.0),
+                   FakeServer(tok, routed_experts=True))
+    cont = ids(tok, CONTINUATION) + [tok.eos_token_id]
+    total = len(prompt) + len(core) + len(ids(tok, cfg.cue)) + len(cont)
+    assert len(out.response_ids) + len(prompt) == total and out.routed_experts.shape == (total, 2, 2)
+    assert (out.routed_experts[: len(prompt) + len(core)] == 1).all()  # first generation (call 1)
+    assert (out.routed_experts[len(prompt) + len(core):] == 2).all()  # continuation request (call 2)
+    answer = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0),
+                      FakeServer(tok, routed_experts=True))
+    assert answer.routed_experts.shape[0] == len(prompt) + len(core)  # the template has no recorded routing
+
+
+# ---------------------------------------------------------------- row data GEC cannot use: counted, then loud
+
+
+def test_a_row_without_ground_truth_that_draws_the_answer_is_left_unedited_and_counted(tok, reward_path, verl_loop):
+    """Was a ValueError inside the loop (v1: a failed session, its group trained short or evicted, logged only)."""
+    from verl_ext.trainer.gec_metrics import GecRolloutError, check_gec_errors
+
+    row = sample()
+    row["reward_model"] = {"ground_truth": None, "style": "rule"}
+    server = FakeServer(tok)
+    out = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), server, **row)
+    assert out.response_ids == ids(tok, FIRST_WRONG) + [tok.eos_token_id] and len(server.calls) == 1
+    f = out.extra_fields
+    assert f["gec_branch"] == "no_ground_truth" and "no reward_model.ground_truth" in f["gec_error"]
+    ok = run_loop(tok, make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0), FakeServer(tok))
+    assert ok.extra_fields["gec_error"] == ""
+    batch = {"extra_fields": np.array([f, ok.extra_fields, ok.extra_fields, ok.extra_fields], dtype=object)}
+    m = gec_step_metrics(batch, ["g"] * 4, [0.0, 1.0, 1.0, 1.0])
+    assert m["gec/errors"] == 1 and m["gec/count/no_ground_truth"] == 1
+    with pytest.raises(GecRolloutError, match=r"1 of 4 training rollouts .*max_error_frac=0\.0\).*ground_truth"):
+        check_gec_errors(batch, 0.0)
+    check_gec_errors(batch, 0.25)  # at the threshold: counted, the run goes on
+    with pytest.raises(GecRolloutError):
+        check_gec_errors(batch, 0.2)
+
+
+def test_unknown_row_sampling_params_on_a_gec_training_row_are_counted(tok, reward_path, verl_loop):
+    row = sample()
+    row["extra_info"]["sampling_params"] = {"temperature": 0.0, "temprature": 0.5}
+    server = FakeServer(tok, first=FIRST_RIGHT)
+    out = run_loop(tok, make_config(reward_path), server, **row)
+    assert server.calls[0]["sampling_params"]["temperature"] == 0.0 and "temprature" not in server.calls[0][
+        "sampling_params"]
+    assert "temprature" in out.extra_fields["gec_error"] and out.extra_fields["gec_branch"] == "none"
+
+
+def test_the_legacy_driver_stops_a_step_with_unusable_gec_rows(tok, reward_path, verl_loop):
+    """Before the step trains (legacy: in the routed advantage call; v1: tests/unit/test_v1_advantage.py)."""
+    from verl_ext.trainer.gec_metrics import GecRolloutError
+    from verl_ext.trainer.legacy import ExtRayPPOTrainer
+
+    trainer = ExtRayPPOTrainer.__new__(ExtRayPPOTrainer)
+    trainer.config = OmegaConf.create({"algorithm": {"adv_estimator": "grpo", "gec": {"enable": True}}})
+    bad = {"gec_branch": np.array(["no_ground_truth", "none"], dtype=object),
+           "gec_error": np.array(["the row has no reward_model.ground_truth", ""], dtype=object)}
+    with pytest.raises(GecRolloutError):
+        trainer._check_gec_errors(bad)
+    trainer._ext_config = None
+    trainer.config.algorithm.gec.max_error_frac = 0.5
+    trainer._check_gec_errors(bad)

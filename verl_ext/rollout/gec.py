@@ -27,8 +27,9 @@ continuation cut by a token budget gets no invented EOS, like any length-truncat
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +46,9 @@ BRANCH_SOLUTION_TOO_LONG = "solution_too_long"  # solution drawn, longer than th
 BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correction
 BRANCH_ANSWER_NO_ROOM = "answer_no_room"  # answer injection drawn, template + EOS would not fit: left unedited
 BRANCH_TOO_SHORT = "too_short"  # wrong with fewer than min_own_tokens tokens of its own: left unedited (the guard)
+BRANCH_NO_GROUND_TRUTH = "no_ground_truth"  # answer injection drawn, the row has no ground truth: left unedited
 BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK,
-            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_TOO_SHORT)
+            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_TOO_SHORT, BRANCH_NO_GROUND_TRUTH)
 EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)
 ANSWER_BRANCHES = (BRANCH_ANSWER, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)  # inject the answer template
 
@@ -60,6 +62,10 @@ KEY_TRUNCATED = "gec_truncated"  # bool, the edit was cut by rollout.response_le
 KEY_RESPONSE_LEN_BEFORE = "gec_response_len_before"  # int, tokens of the first response
 KEY_FIRST_HIT_CAP = "gec_first_hit_cap"  # bool, the first generation stopped at first_generation_budget, no EOS
 KEY_SPANS = "gec_spans"  # list of [kind, start, end]: the final response's pieces (SPAN_KINDS), token positions
+# str, what GEC could not do with this row's data ("" when nothing): a row without ground truth that drew the answer
+# branch, unknown extra_info.sampling_params keys; counted in gec/errors, past algorithm.gec.max_error_frac the
+# driver stops the run (trainer/gec_metrics.check_gec_errors)
+KEY_ERROR = "gec_error"
 EXTRA_KEYS = (
     KEY_BRANCH,
     KEY_SCORE_BEFORE,
@@ -70,6 +76,7 @@ EXTRA_KEYS = (
     KEY_RESPONSE_LEN_BEFORE,
     KEY_FIRST_HIT_CAP,
     KEY_SPANS,
+    KEY_ERROR,
 )
 # Only while verl's rollout dump is on (trainer.rollout_data_dir): the first response's token ids, written where the
 # final response does not start with them (the solution branches replace the whole response).
@@ -113,7 +120,7 @@ def draw_branch(cfg, rng: random.Random) -> str:
     return BRANCH_ANSWER if cfg.p_answer > 0 else BRANCH_REFLECT
 
 
-def acc_is_correct(acc: Any) -> Optional[bool]:
+def acc_is_correct(acc: Any) -> bool | None:
     """A reward's ``acc`` as right/wrong: fully correct (True or >= 1) or not; None when it is not a number."""
     try:
         value = float(acc.item() if hasattr(acc, "item") else acc)
@@ -122,7 +129,7 @@ def acc_is_correct(acc: Any) -> Optional[bool]:
     return bool(np.isfinite(value) and value >= 1.0 - 1e-6)
 
 
-def reward_acc(reward_extra_info: Any) -> Optional[bool]:
+def reward_acc(reward_extra_info: Any) -> bool | None:
     """Correctness from the ``acc`` of a reward function that returned a dict, else None.
 
     verl's reward managers copy a dict result's keys (``score`` included) into ``reward_extra_info`` and, for a
@@ -151,7 +158,7 @@ def is_gated(cfg, prompt_len: int) -> bool:
     return gate is not None and int(prompt_len) >= int(gate)
 
 
-def is_too_short(cfg, own_tokens: Optional[int]) -> bool:
+def is_too_short(cfg, own_tokens: int | None) -> bool:
     """The degenerate-edit guard: a wrong response with fewer than ``cfg.min_own_tokens`` tokens of its own (its
     core: the response without the trailing EOS/padding) is not corrected. Off when ``min_own_tokens`` is 0."""
     k = int(getattr(cfg, "min_own_tokens", 0) or 0)
@@ -159,7 +166,7 @@ def is_too_short(cfg, own_tokens: Optional[int]) -> bool:
 
 
 def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rng: random.Random,
-                  solution_fits: bool = True, own_tokens: Optional[int] = None) -> str:
+                  solution_fits: bool = True, own_tokens: int | None = None) -> str:
     """The branch of one response: none (correct), gated, too_short, or an edit (see BRANCHES).
 
     The gate and the guard are checked only for wrong responses (correct ones are ``none`` whatever their prompt
@@ -182,7 +189,7 @@ def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rn
     return branch
 
 
-def first_generation_budget(cfg, response_length: int, *, cue_tokens: int, answer_tokens: Optional[int],
+def first_generation_budget(cfg, response_length: int, *, cue_tokens: int, answer_tokens: int | None,
                             solution_fits: bool = True) -> int:
     """Most tokens the first generation of a GEC training rollout may take, so that each drawable branch fits.
 
@@ -200,7 +207,7 @@ def first_generation_budget(cfg, response_length: int, *, cue_tokens: int, answe
     return max(1, int(response_length) - reserve)
 
 
-def reference_solution(extra_info: Any, key: str) -> Optional[str]:
+def reference_solution(extra_info: Any, key: str) -> str | None:
     """``extra_info[key]`` when it is a non-blank string, else None (the row has no reference solution)."""
     if not isinstance(extra_info, dict):
         return None
@@ -231,7 +238,7 @@ def answer_text(cfg, answer: str) -> str:
 # ---------------------------------------------------------------- token-level assembly
 
 
-def split_terminal(ids: Sequence[int], stop_ids: Iterable[int]) -> tuple[list[int], Optional[int]]:
+def split_terminal(ids: Sequence[int], stop_ids: Iterable[int]) -> tuple[list[int], int | None]:
     """Split trailing stop/padding tokens off a response: ``(core, terminator)``.
 
     ``terminator`` is the first stripped token (the EOS the policy emitted), or None when the response did not
@@ -256,8 +263,8 @@ class Segment:
 
     ids: list[int]
     injected: bool
-    mask: Optional[list[int]] = None  # policy pieces: their original response_mask values (default all 1)
-    logprobs: Optional[list[float]] = None  # policy pieces: rollout log-probs (padded with 0.0 if short)
+    mask: list[int] | None = None  # policy pieces: their original response_mask values (default all 1)
+    logprobs: list[float] | None = None  # policy pieces: rollout log-probs (padded with 0.0 if short)
     kind: str = ""  # one of SPAN_KINDS (for KEY_SPANS); "" -> policy or, for injected pieces, "injected"
 
 
@@ -265,7 +272,7 @@ class Segment:
 class AssembledResponse:
     response_ids: list[int]
     response_mask: list[int]
-    response_logprobs: Optional[list[float]]
+    response_logprobs: list[float] | None
     truncated: bool  # tokens were cut to fit response_length
     injected_tokens: int  # injected tokens kept after truncation
     policy_prefix_tokens: int  # leading tokens that are the first response's own (for routed experts)

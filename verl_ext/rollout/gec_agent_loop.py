@@ -48,17 +48,18 @@ import copy
 import logging
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any
 from uuid import uuid4
 
 import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_ext.names import GEC_AGENT_NAME, TRAINING_ROLLOUT_KEY
+from verl_ext.config import unknown_sampling_keys
+from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_KEY
 from verl_ext.rollout import gec
-from verl_ext.verl_compat import check_agent_loop
+from verl_ext.verl_compat import check_agent_loop, check_agent_loop_sample_keys
 
 check_agent_loop()  # on import (the plugin's hook on verl's agent-loop package): what this loop relies on in verl
 
@@ -98,13 +99,9 @@ def reward_manager_of(config, tokenizer) -> Any:
     reward_cfg = config.get("reward", None)
     if reward_cfg is None:
         raise ValueError("GEC needs verl's `reward` config node to score the first response")
-    custom = reward_cfg.get("custom_reward_function", None) or {}
-    rm = reward_cfg.get("reward_model", None) or {}
-    if rm.get("enable", False) and not custom.get("path", None):
-        raise ValueError(
-            "algorithm.gec needs a rule reward it can call inside the agent loop; with reward.reward_model.enable"
-            "=true set reward.custom_reward_function.path (a reward model alone cannot be called from here)"
-        )
+    from verl_ext.config import check_gec_reward
+
+    check_gec_reward(config)  # refused at start-up already (validate_run_config); here for other entry points
     from verl_ext.verl_compat import check_reward_manager
 
     check_reward_manager()
@@ -177,30 +174,60 @@ def _merge_token_extra(extra: dict, more: dict) -> None:
         extra["global_steps"] = more["global_steps"]
 
 
+class _RequestIdRecorder:
+    """The loop's server client, remembering the request id of the generation sent through it (verl's
+    ``SingleTurnAgentLoop.run`` makes its own)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.request_id = None
+
+    async def generate(self, request_id, **kwargs):
+        self.request_id = request_id
+        return await self._client.generate(request_id=request_id, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def join_routing(first, continued, prefix: int, total: int):
+    """Router-replay routing of a corrected sequence: ``first[:prefix]`` (the first generation's, up to the kept
+    core) then ``continued[prefix:total]`` (the continuation request's, whose sequence is prompt + core + cue +
+    continuation); just ``first[:prefix]`` without a continuation. numpy arrays or torch tensors, as verl has them."""
+    head = first[:prefix]
+    if continued is None:
+        return head
+    tail = continued[prefix:total]
+    if isinstance(head, np.ndarray):
+        return np.concatenate([head, np.asarray(tail, dtype=head.dtype)])
+    import torch
+
+    return torch.cat([head, torch.as_tensor(tail, dtype=head.dtype, device=head.device)])
+
+
 @dataclass
 class _Plan:
     cue_ids: list[int]
-    answer_ids: Optional[list[int]]  # answer template with the ground truth; None: the row has no ground truth
-    solution_ids: Optional[list[int]]  # the row's reference solution; None: it has none
+    answer_ids: list[int] | None  # answer template with the ground truth; None: the row has no ground truth
+    solution_ids: list[int] | None  # the row's reference solution; None: it has none
     solution_fits: bool  # solution + EOS fit in rollout.response_length
     first_budget: int  # gec.first_generation_budget
+    errors: list[str] = field(default_factory=list)  # what GEC could not use in the row (KEY_ERROR)
 
 
-ROW_SAMPLING_KEYS = ("temperature", "top_p", "top_k")
-
-
-def row_sampling_params(sampling_params: dict, extra_info) -> dict:
+def row_sampling_params(sampling_params: dict, extra_info, ignore_unknown: bool = False) -> dict:
     """``sampling_params`` with the row's own ``extra_info["sampling_params"]`` applied (unset entries are kept).
 
-    Unknown keys are an error (a typo would otherwise sample at the trainer's settings and read as a result)."""
+    Unknown keys are an error (a typo would otherwise sample at the trainer's settings and read as a result), or
+    left out with ``ignore_unknown`` (GEC training rows, where they are counted instead: ``gec/errors``)."""
     row = extra_info.get("sampling_params") if isinstance(extra_info, dict) else None
     if not row:
         return sampling_params
-    unknown = sorted(set(row) - set(ROW_SAMPLING_KEYS))
-    if unknown:
+    unknown = unknown_sampling_keys(extra_info)
+    if unknown and not ignore_unknown:
         raise ValueError(f"extra_info.sampling_params: unknown key(s) {unknown}; allowed: {list(ROW_SAMPLING_KEYS)}")
     params = dict(sampling_params)
-    params.update({k: v for k, v in row.items() if v is not None})
+    params.update({k: v for k, v in row.items() if v is not None and k in ROW_SAMPLING_KEYS})
     return params
 
 
@@ -231,6 +258,8 @@ class GecAgentLoop(SingleTurnAgentLoop):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.gec_config = gec_config_of(self.config)
+        check_agent_loop_sample_keys()  # once per process (cached): verl hands each sample its own key
+        self._first_request_id = None  # the first generation's, reused by a reflection continuation
 
     # ------------------------------------------------------------ helpers
 
@@ -248,7 +277,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
                 ids.update(int(v) for v in value)
         return ids
 
-    def _eos_id(self, terminator: Optional[int]) -> int:
+    def _eos_id(self, terminator: int | None) -> int:
         if terminator is not None:
             return int(terminator)
         eos = self.tokenizer.eos_token_id
@@ -272,13 +301,17 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return bool(trainer.get("rollout_data_dir", None))
 
     def _rng(self, kwargs: dict, weight_version=None):
-        """The branch draw's generator, from what identifies the sample across runs: its row in the step's batch
-        (``priority``), its dataset row (``index``) and the weights it was generated with -- not verl's ``uid``, a
-        fresh uuid per run, which would make two runs with one seed draw differently."""
+        """The sample's branch draw, seeded by what identifies it across runs and tells the n samples of a uid apart:
+        v1's ``session_id`` or the legacy manager's per-row ``priority`` (``verl_compat`` checks that verl passes
+        them), its dataset row (``index``) and the weights it was generated with -- not verl's ``uid``, a fresh uuid
+        per run, which would make two runs with one seed draw differently. Without session_id and priority: an
+        unseeded draw, so the n samples still draw independently."""
         parts = [kwargs.get(k) for k in ("session_id", "priority", "global_steps", "index")]
         parts = [p.item() if hasattr(p, "item") else p for p in parts]
-        if all(p is None for p in parts):
-            parts.append(uuid4().hex)  # nothing identifies the sample: an independent draw
+        if parts[0] is None and parts[1] is None:
+            _warn_once("sample_key", "gec_agent: a row without session_id (v1) or priority (legacy manager): GEC's "
+                                     "branch draws are unseeded (independent, not reproducible)")
+            parts.append(uuid4().hex)
         return gec.sample_rng(self.gec_config.seed, *parts, weight_version)
 
     # ------------------------------------------------------------ run
@@ -289,7 +322,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         cue_ids = self._encode(cfg.cue)
         try:
             answer_ids = self._encode(gec.answer_text(cfg, gec.ground_truth_text(kwargs.get("reward_model"))))
-        except ValueError:  # no ground truth: an answer branch fails later, with this error
+        except ValueError:  # no ground truth: a drawn answer branch is left unedited and counted
             answer_ids = None
         solution = gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key)
         solution_ids = self._encode(solution) if solution is not None else None
@@ -301,12 +334,25 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        sampling_params = row_sampling_params(sampling_params, kwargs.get("extra_info"))
+        extra_info = kwargs.get("extra_info")
         if not self.gec_config.enable or not is_training_rollout(kwargs):
-            return await super().run(sampling_params, **kwargs)
+            return await super().run(row_sampling_params(sampling_params, extra_info), **kwargs)
+        # a GEC training row: what GEC cannot use in the row's data is counted (gec/errors), the driver stops the run
+        # past algorithm.gec.max_error_frac (v1 would otherwise log a failed loop and drop or evict its group)
+        sampling_params = row_sampling_params(sampling_params, extra_info, ignore_unknown=True)
         plan = self._plan(kwargs)
+        unknown = unknown_sampling_keys(extra_info)
+        if unknown:
+            plan.errors.append(f"unknown extra_info.sampling_params key(s) {unknown} (allowed: "
+                               f"{list(ROW_SAMPLING_KEYS)}), left out")
         first_params = _with_max_tokens(sampling_params, plan.first_budget)
-        output = await super().run(first_params, **kwargs)
+        client = self.server_manager
+        self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
+        try:
+            output = await super().run(first_params, **kwargs)
+        finally:
+            self.server_manager = client
+        self._first_request_id = recorder.request_id
         return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"])
 
     async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
@@ -327,7 +373,11 @@ class GecAgentLoop(SingleTurnAgentLoop):
             rng=self._rng(kwargs, output.extra_fields.get("global_steps")),
             own_tokens=len(core),
         )
-        if branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids or []) + 1 > self.response_length:
+        errors = list(plan.errors)
+        if branch in gec.ANSWER_BRANCHES and plan.answer_ids is None:
+            branch = gec.BRANCH_NO_GROUND_TRUTH  # left unedited, counted (gec/errors)
+            errors.append(f"the row has no reward_model.ground_truth and drew the answer injection ({branch})")
+        elif branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids) + 1 > self.response_length:
             branch = gec.BRANCH_ANSWER_NO_ROOM  # never a cut template (no boxed answer, no EOS)
         fields = {
             gec.KEY_BRANCH: branch,
@@ -338,6 +388,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             gec.KEY_TRUNCATED: False,
             gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
             gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
+            gec.KEY_ERROR: "; ".join(errors),
         }
         if self._dumps_rollouts():  # on every row: verl's DataProto.concat needs the same columns in every chunk
             fields[gec.KEY_FIRST_RESPONSE_IDS] = None
@@ -354,14 +405,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
             logprobs=list(output.response_logprobs[: len(core)]) if output.response_logprobs else None,
         )
         continuation_cut = False
+        cont_routing = None
         if branch == gec.BRANCH_REFLECT:
             cue_ids = plan.cue_ids
             budget = gec.continuation_budget(self.response_length, len(core) + len(cue_ids),
                                              cfg.max_continuation_tokens)
             cont_ids, cont_lps = [], None
             if budget > 0:
-                cont_ids, cont_lps = await self._continue(prompt_ids + core + cue_ids, budget, sampling_params,
-                                                          output, kwargs)
+                cont_ids, cont_lps, cont_routing = await self._continue(prompt_ids + core + cue_ids, budget,
+                                                                        sampling_params, output, kwargs)
                 cont_ids = cont_ids[:budget]
                 cont_lps = cont_lps[:budget] if cont_lps is not None else None
             # cut by the response budget rather than by max_continuation_tokens (or no room at all)
@@ -372,8 +424,6 @@ class GecAgentLoop(SingleTurnAgentLoop):
                         gec.Segment(cont_ids, injected=False, logprobs=cont_lps, kind=gec.SPAN_CONTINUATION)]
             fields[gec.KEY_CONTINUATION_TOKENS] = len(cont_ids)
         elif branch in gec.ANSWER_BRANCHES:
-            if plan.answer_ids is None:
-                gec.ground_truth_text(kwargs.get("reward_model"))  # raises: the row has no ground truth
             segments = [core_seg, gec.Segment(plan.answer_ids, injected=True, kind=gec.SPAN_ANSWER),
                         gec.Segment([self._eos_id(terminator)], injected=True, kind=gec.SPAN_EOS)]
         else:  # solution: the reference solution replaces the whole response
@@ -398,22 +448,30 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output.response_mask = built.response_mask
         output.response_logprobs = built.response_logprobs
         if output.routed_experts is not None:
-            # only the kept first-response tokens have recorded routing; the rest is zero-filled by verl
-            output.routed_experts = output.routed_experts[: len(prompt_ids) + built.policy_prefix_tokens]
+            # router replay: the first generation's routing up to the kept core; a reflection continues with the
+            # continuation request's (prompt + core + cue + continuation); verl zero-fills what has none
+            prefix = len(prompt_ids) + built.policy_prefix_tokens
+            continued = cont_routing if branch == gec.BRANCH_REFLECT else None
+            output.routed_experts = join_routing(output.routed_experts, continued, prefix,
+                                                 len(prompt_ids) + len(built.response_ids))
         output.extra_fields.update(fields)
         return output
 
     async def _continue(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
-                        kwargs: dict) -> tuple[list[int], Optional[list[float]]]:
-        """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens."""
+                        kwargs: dict) -> tuple[list[int], list[float] | None, Any]:
+        """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens:
+        (token ids, log-probs or None, routed experts or None).
+
+        Sent with the first generation's request id: verl's load balancer routes by it (sticky sessions), so the
+        continuation lands on the replica that holds prompt + core in its prefix cache."""
         params = dict(sampling_params)
         params.pop("max_new_tokens", None)
         params["max_tokens"] = int(budget)
         priority = int(kwargs.get("priority", 0) or 0)
-        if getattr(self.rollout_config, "full_determinism", False):
-            request_id = f"det-{priority}-gec"
-        else:
-            request_id = uuid4().hex
+        request_id = self._first_request_id
+        if request_id is None:  # the first generation went by another path: a request of its own
+            request_id = (f"det-{priority}-gec" if getattr(self.rollout_config, "full_determinism", False)
+                          else uuid4().hex)
         mm = output.multi_modal_data or {}
         optional = {}
         # verl 0.9.1's SGLang video payload; verl main (0.10.0.dev) has no such field nor generate argument
@@ -435,4 +493,4 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output.metrics.generate_sequences += time.perf_counter() - start
         _merge_token_extra(output.extra_fields, token_output.extra_fields or {})
         lps = list(token_output.log_probs) if token_output.log_probs else None
-        return list(token_output.token_ids), lps
+        return list(token_output.token_ids), lps, getattr(token_output, "routed_experts", None)

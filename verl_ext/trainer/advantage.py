@@ -69,23 +69,61 @@ def batch_diagnostics(token_level_rewards: torch.Tensor, response_mask: torch.Te
     return metrics
 
 
-def verl_step_diagnostics(data: DataProto, entropy: torch.Tensor | None) -> dict[str, float]:
-    """The same step diagnostics for a batch whose advantages verl computed itself (grpo, gae, ...)."""
-    return batch_diagnostics(data.batch["token_level_rewards"], data.batch["response_mask"],
-                             data.non_tensor_batch["uid"], data.batch["advantages"], entropy)
+def verl_step_diagnostics(data: DataProto, entropy: torch.Tensor | None,
+                          rows: np.ndarray | None = None) -> dict[str, float]:
+    """The same step diagnostics for a batch whose advantages verl computed itself (grpo, gae, ...).
+
+    ``rows`` (B,) bool: the rows to describe (verl's padding rows left out); None: all.
+    """
+    inputs = {"token_level_rewards": data.batch["token_level_rewards"], "response_mask": data.batch["response_mask"],
+              "index": data.non_tensor_batch["uid"], "advantages": data.batch["advantages"], "entropy": entropy}
+    inputs = select_rows(inputs, rows)
+    return batch_diagnostics(inputs["token_level_rewards"], inputs["response_mask"], inputs["index"],
+                             inputs["advantages"], inputs["entropy"])
+
+
+def select_rows(values: dict, rows: np.ndarray | None) -> dict:
+    """``values`` (name -> (B, ...) tensor, (B,) array or anything else, passed as is) restricted to ``rows``."""
+    if rows is None or bool(np.all(rows)):
+        return values
+    rows = np.asarray(rows, dtype=bool)
+    picked = torch.from_numpy(np.nonzero(rows)[0])
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == rows.shape[0]:
+            value = value[picked.to(value.device)]
+        elif isinstance(value, np.ndarray) and value.ndim > 0 and value.shape[0] == rows.shape[0]:
+            value = value[rows]
+        out[name] = value
+    return out
+
+
+def scatter_rows(values: torch.Tensor, rows: np.ndarray | None, num_rows: int) -> torch.Tensor:
+    """A (B', ...) result of the ``rows`` subset back in the (B, ...) batch, zero in the other rows."""
+    if rows is None or values.shape[0] == num_rows:
+        return values
+    full = values.new_zeros((num_rows, *values.shape[1:]))
+    full[torch.from_numpy(np.nonzero(np.asarray(rows, dtype=bool))[0]).to(values.device)] = values
+    return full
 
 
 def compute_extension_advantage(
-    data: DataProto, adv_estimator: str, config, history: GroupEntropyHistory | None
+    data: DataProto, adv_estimator: str, config, history: GroupEntropyHistory | None,
+    rows: np.ndarray | None = None,
 ) -> tuple[DataProto, dict[str, float]]:
-    """Run a verl_ext estimator on ``data`` in place; returns (data, metrics)."""
-    kwargs = estimator_kwargs(data, config, history)
+    """Run a verl_ext estimator on ``data`` in place; returns (data, metrics).
+
+    ``rows`` (B,) bool: the rows the estimator sees (v1 leaves verl's padding rows out, so they enter no statistic,
+    metric or history); the other rows get advantage, return and loss fields 0.  None: every row.
+    """
+    kwargs = select_rows(estimator_kwargs(data, config, history), rows)
     metrics: dict[str, float] = {}
     loss_inputs: dict[str, torch.Tensor] = {}  # per-response fields for the actor loss (edge_grpo.entropy_grad)
     advantages, returns = get_adv_estimator_fn(adv_estimator)(**kwargs, metrics=metrics, loss_inputs=loss_inputs)
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = returns
-    data.batch.update(loss_inputs)
+    num_rows = len(data)
+    data.batch["advantages"] = scatter_rows(advantages, rows, num_rows)
+    data.batch["returns"] = scatter_rows(returns, rows, num_rows)
+    data.batch.update({k: scatter_rows(v, rows, num_rows) for k, v in loss_inputs.items()})
     metrics.update(batch_diagnostics(kwargs["token_level_rewards"], kwargs["response_mask"], kwargs["index"],
                                      advantages, kwargs.get("entropy")))
     return data, metrics

@@ -2,15 +2,15 @@
 computed on the driver from the fields the ``gec_agent`` loop wrote for each sample (``verl_ext.rollout.gec.EXTRA_KEYS``)
 and the rewards; both trainers log them with any ``adv_estimator``.
 
-numpy only (torch tensors are accepted and converted); no verl import.
+numpy, with ``verl_ext.algos.groups`` for the groups (torch tensors are accepted and converted); no verl import.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 import numpy as np
+import torch
 
+from verl_ext.algos.groups import first_member, group_ids
 from verl_ext.rollout.gec import (
     BRANCH_REFLECT,
     BRANCHES,
@@ -19,6 +19,7 @@ from verl_ext.rollout.gec import (
     KEY_BRANCH,
     KEY_CONTINUATION_TOKENS,
     KEY_CORRECT_BEFORE,
+    KEY_ERROR,
     KEY_FIRST_HIT_CAP,
     KEY_INJECTED_TOKENS,
     KEY_SCORE_BEFORE,
@@ -40,6 +41,25 @@ def _uids_and_scores(uid, final_scores, caller: str) -> tuple[np.ndarray, np.nda
     if len(uid) != len(scores):
         raise ValueError(f"{caller}: {len(uid)} uids for {len(scores)} final scores")
     return uid, scores
+
+
+def _group_codes(uid) -> tuple[np.ndarray, int]:
+    """Dense group ids (first appearance order) of the rows' uids, as ``algos.groups.group_ids`` builds them."""
+    gid, groups = group_ids(np.asarray(uid, dtype=object))
+    return gid.numpy(), groups
+
+
+def _group_any(flags: np.ndarray, gid: np.ndarray, groups: int) -> np.ndarray:
+    return np.bincount(gid, weights=flags.astype(np.float64), minlength=groups) > 0
+
+
+def _group_all_equal(values: np.ndarray, gid: np.ndarray, groups: int) -> np.ndarray:
+    """Per group: all values identical (a NaN makes a group unequal)."""
+    low = np.full(groups, np.inf)
+    high = np.full(groups, -np.inf)
+    np.minimum.at(low, gid, values)
+    np.maximum.at(high, gid, values)
+    return low == high
 
 
 def gec_columns(non_tensor_batch: dict, n: int, keys=EXTRA_KEYS) -> dict[str, list] | None:
@@ -87,7 +107,8 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
 
     Keys: acc_before / acc_after (fraction correct), reward_before / reward_after (means), frac_edited,
     count/<branch> for every branch, continuation_tokens (sum) and continuation_tokens_mean (per reflection),
-    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), groups,
+    injected_tokens (sum), truncated (count), first_hit_cap (first generations cut by their budget), errors
+    (rows whose data GEC could not use: ``check_gec_errors``), groups,
     groups_all_wrong_before, groups_rescued (all wrong before, both correct and wrong after),
     groups_collapsed_before / groups_collapsed_after (identical scores), responses.
     """
@@ -135,29 +156,46 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     m["gec/injected_tokens"] = float(injected[r].sum())
     m["gec/truncated"] = float(trunc[r].sum())
     m["gec/first_hit_cap"] = float(first_hit_cap[r].sum())
+    m["gec/errors"] = float(sum(bool(e) for e, on in zip(cols[KEY_ERROR], r) if on))
 
-    groups = all_wrong = rescued = collapsed_before = collapsed_after = 0
-    order: dict[Any, list[int]] = {}
-    for i in np.nonzero(r)[0]:
-        order.setdefault(uid[i], []).append(int(i))
-    for idx in order.values():
-        groups += 1
-        cb, ca = correct_before[idx], correct_after[idx]
-        sb, sa = before[idx], scores[idx]
-        if not cb.any():
-            all_wrong += 1
-            if ca.any() and not ca.all():
-                rescued += 1
-        if len(idx) > 0 and np.all(sb == sb[0]):
-            collapsed_before += 1
-        if len(idx) > 0 and np.all(sa == sa[0]):
-            collapsed_after += 1
+    gid, groups = _group_codes(uid[r])
+    correct_before_any = _group_any(correct_before[r], gid, groups)
+    correct_after_count = np.bincount(gid, weights=correct_after[r].astype(np.float64), minlength=groups)
+    size = np.bincount(gid, minlength=groups)
+    all_wrong = ~correct_before_any
+    rescued = all_wrong & (correct_after_count > 0) & (correct_after_count < size)
+    collapsed_before = _group_all_equal(before[r], gid, groups)
+    collapsed_after = _group_all_equal(scores[r], gid, groups)
     m["gec/groups"] = float(groups)
-    m["gec/groups_all_wrong_before"] = float(all_wrong)
-    m["gec/groups_rescued"] = float(rescued)
-    m["gec/groups_collapsed_before"] = float(collapsed_before)
-    m["gec/groups_collapsed_after"] = float(collapsed_after)
+    m["gec/groups_all_wrong_before"] = float(all_wrong.sum())
+    m["gec/groups_rescued"] = float(rescued.sum())
+    m["gec/groups_collapsed_before"] = float(collapsed_before.sum())
+    m["gec/groups_collapsed_after"] = float(collapsed_after.sum())
     return m
+
+
+class GecRolloutError(RuntimeError):
+    """Too many of a step's GEC training rollouts had row data GEC could not use (``algorithm.gec.max_error_frac``)."""
+
+
+def check_gec_errors(non_tensor_batch: dict, max_error_frac: float) -> None:
+    """Raise :class:`GecRolloutError` when more than ``max_error_frac`` of the batch's GEC rows carry a
+    ``gec_error`` (e.g. no ground truth for a drawn answer injection): the run stops at the step that shows it,
+    naming the first rows' problems, instead of training on (or, on v1, silently dropping) them."""
+    n = len(next(iter(non_tensor_batch.values()))) if non_tensor_batch else 0
+    cols = gec_columns(non_tensor_batch, n)
+    if cols is None:
+        return
+    rows = [b is not None for b in cols[KEY_BRANCH]]
+    errors = [str(e) for e, on in zip(cols[KEY_ERROR], rows) if on and e]
+    total = sum(rows)
+    if errors and len(errors) > max_error_frac * total:
+        shown = "; ".join(dict.fromkeys(errors[:20]))
+        raise GecRolloutError(
+            f"GEC: {len(errors)} of {total} training rollouts this step had row data GEC could not use (more than "
+            f"algorithm.gec.max_error_frac={max_error_frac}): {shown}. Fix the data (python -m verl_ext.main checks "
+            "local parquet files at start-up) or raise algorithm.gec.max_error_frac to train on with them counted "
+            "in gec/errors")
 
 
 def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_source=None,
@@ -176,15 +214,13 @@ def all_wrong_group_metrics(non_tensor_batch: dict, uid, final_scores, data_sour
     cols = gec_columns(non_tensor_batch, n)
     if cols is not None:  # GEC rows: the recorded first-response outcome
         correct = [bool(c) if c is not None else f for c, f in zip(cols[KEY_CORRECT_BEFORE], correct)]
-    sources = [None] * n if data_source is None else [str(s) for s in data_source]
-    groups: dict[Any, list[int]] = {}
-    for i in range(n):
-        groups.setdefault(uid[i], []).append(i)
-    all_wrong: dict[Optional[str], list[bool]] = {}
-    for idx in groups.values():
-        wrong = not any(correct[i] for i in idx)
-        all_wrong.setdefault(None, []).append(wrong)
-        if sources[idx[0]] is not None:
-            all_wrong.setdefault(sources[idx[0]], []).append(wrong)
+    gid, groups = _group_codes(uid)
+    wrong = ~_group_any(np.asarray(correct, dtype=bool), gid, groups)
+    all_wrong: dict[str | None, list[bool]] = {None: list(wrong)} if groups else {}
+    if data_source is not None and groups:
+        first = first_member(torch.from_numpy(gid), groups).numpy()
+        sources = np.asarray([str(s) for s in data_source], dtype=object)[first]
+        for source in dict.fromkeys(sources):  # first appearance order
+            all_wrong[source] = list(wrong[sources == source])
     return {("verl_ext" if s is None else f"verl_ext/{s}") + "/groups_all_wrong_frac": float(np.mean(v))
             for s, v in all_wrong.items()}

@@ -50,6 +50,7 @@ class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
             return super().fit()
 
     def _routed_compute_advantage(self, data, adv_estimator, *args, **kwargs):
+        self._check_gec_errors(data.non_tensor_batch)  # before the step trains on rows GEC could not use
         if not is_extension_estimator(adv_estimator):  # verl's own computation, on the batch verl would pass it
             entropy = data.batch.pop(ENTROPY_KEY, None)
             data = self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)

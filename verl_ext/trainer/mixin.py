@@ -22,7 +22,7 @@ from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
 from verl_ext.trainer.gec_dump import gec_dump_columns
-from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, gec_step_metrics
+from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ class EntropyAdvantageMixin:
             return {}
         return gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
 
+    def _check_gec_errors(self, non_tensor_batch: dict) -> None:
+        """Stop the run when too many of the step's GEC rows had unusable data (before the step trains on them)."""
+        gec = self.ext_config.gec
+        if gec.enable:
+            check_gec_errors(non_tensor_batch, gec.max_error_frac)
+
     def _outcome_metrics(self, non_tensor_batch: dict, uid, final_scores, data_source) -> dict[str, float]:
         """All-wrong groups of the step before correction, overall and per data source (any estimator, GEC or not)."""
         return all_wrong_group_metrics(non_tensor_batch, uid, final_scores, data_source,
@@ -89,9 +95,10 @@ class EntropyAdvantageMixin:
         column[:] = bool(training)
         return column
 
-    def _ext_compute_advantage(self, data: DataProto) -> DataProto:
+    def _ext_compute_advantage(self, data: DataProto, rows: np.ndarray | None = None) -> DataProto:
+        """verl_ext's estimator on ``data`` (only ``rows``, when given: see ``compute_extension_advantage``)."""
         data, metrics = compute_extension_advantage(
-            data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history
+            data, str(self.config.algorithm.adv_estimator), self.config.algorithm, self.entropy_history, rows
         )
         metrics.update(self._history_metrics())
         self._ext_metrics = metrics

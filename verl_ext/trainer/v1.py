@@ -22,6 +22,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
+from verl_ext.config import bypass_mode
 from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
@@ -58,11 +59,14 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
 
     def _compute_advantage(self, batch, metrics):
         extension = self._ext_active()
+        # verl's padding rows (``_balance_batch`` pads the batch to a multiple of the ranks' sizes): they keep
+        # advantage 0 and enter no verl_ext statistic, metric or GEPO history
+        real = real_rows(batch.tags)
         # one fetch for what verl's own leaves out: the step's outcome (uid, rewards, GEC's fields, data_source) for the
         # metrics, the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
         # estimators, data_source
         fields = ["uid", "rm_scores", "extra_fields", "response_mask", "data_source"]
-        if not _bypass_mode(self.config.algorithm):
+        if not bypass_mode(self.config):
             fields.append("entropy")
         extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         extra_fields = as_object_array(extra.pop("extra_fields"))
@@ -70,22 +74,25 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
         data_source = as_object_array(extra.pop("data_source"))
         padded = extra.to_padded_tensor()
         entropy = padded.get("entropy", None)
-        metrics.update(self._v1_outcome_metrics(extra_fields, uid, padded["rm_scores"].sum(-1), data_source))
+        scores = padded["rm_scores"].sum(-1)
+        metrics.update(self._v1_outcome_metrics(extra_fields[real], uid[real], scores[torch.from_numpy(real)],
+                                                data_source[real]))
         if not extension:
             data_source = None
 
         loss_fields = {}
 
         def routed(data, batch_keys, adv_estimator, *args, **kwargs):
+            fitted = None if entropy is None else _fit_width(entropy, data.batch["response_mask"])
             if not is_extension_estimator(adv_estimator):  # verl's own computation; diagnostics from its output
                 data = verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
-                fitted = None if entropy is None else _fit_width(entropy, data.batch["response_mask"])
-                self._ext_metrics = verl_step_diagnostics(data, fitted)
+                self._ext_metrics = verl_step_diagnostics(data, fitted, real)
                 return data
-            data.batch[ENTROPY_KEY] = _fit_width(entropy, data.batch["response_mask"])
+            if fitted is not None:  # bypass mode has none: only estimators that need no entropy run (config.py)
+                data.batch[ENTROPY_KEY] = fitted
             if data_source is not None:
                 data.non_tensor_batch["data_source"] = as_object_array(data_source)
-            data = self._ext_compute_advantage(data)
+            data = self._ext_compute_advantage(data, real)
             loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY) if k in data.batch.keys()})
             return data
 
@@ -132,6 +139,7 @@ class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
     def _v1_outcome_metrics(self, extra_fields, uid, scores, data_source) -> dict[str, float]:
         """GEC's metrics (when on) and the all-wrong groups per data source, from the step's TransferQueue rows."""
         non_tensor = {"extra_fields": extra_fields}
+        self._check_gec_errors(non_tensor)
         return {**self._gec_metrics(non_tensor, uid, scores),
                 **self._outcome_metrics(non_tensor, uid, scores, data_source)}
 
@@ -153,9 +161,13 @@ class _TaggedBatches:
             yield {**batch_dict, TRAINING_ROLLOUT_KEY: column}  # a new dict: the loader's batches stay as they are
 
 
-def _bypass_mode(algorithm) -> bool:
-    rollout_corr = algorithm.get("rollout_correction", None)
-    return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
+# the tag verl's ``padding_utils.upsample_batch_to_divisible_size`` gives its synthetic rows (checked in verl_compat)
+PADDING_TAG = "is_padding"
+
+
+def real_rows(tags) -> np.ndarray:
+    """(B,) bool: the rows of a v1 batch that are not verl's padding (read from the KVBatchMeta tags)."""
+    return np.array([not (tag or {}).get(PADDING_TAG, False) for tag in tags], dtype=bool)
 
 
 def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
