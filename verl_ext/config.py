@@ -258,7 +258,7 @@ def _as_list(value: Any) -> list:
         return []
     if isinstance(value, str):
         return [value]
-    return [v for v in value]
+    return list(value)
 
 
 def _local_parquet_columns(files: Any, columns: tuple[str, ...]):

@@ -155,7 +155,7 @@ def run_loop(tok, config, server, sampling_params=TRAIN_SP, agent_cls=None, **kw
     from verl_ext.rollout.gec_agent_loop import GecAgentLoop
 
     cls = agent_cls or GecAgentLoop
-    kw = sample() if not kwargs else kwargs
+    kw = kwargs if kwargs else sample()
 
     async def main():  # verl's AgentLoopBase binds the running event loop at construction
         loop = cls(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok, processor=None,

@@ -244,7 +244,7 @@ def split_terminal(ids: Sequence[int], stop_ids: Iterable[int]) -> tuple[list[in
     ``terminator`` is the first stripped token (the EOS the policy emitted), or None when the response did not
     end with one (length-truncated).
     """
-    stop = set(int(i) for i in stop_ids)
+    stop = {int(i) for i in stop_ids}
     ids = [int(i) for i in ids]
     end = len(ids)
     while end > 0 and ids[end - 1] in stop:

@@ -268,7 +268,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     def _stop_ids(self) -> set[int]:
         tok = self.tokenizer
-        ids = set(int(i) for i in (getattr(tok, "all_special_ids", None) or []))
+        ids = {int(i) for i in (getattr(tok, "all_special_ids", None) or [])}
         for attr in ("eos_token_id", "pad_token_id"):
             value = getattr(tok, attr, None)
             if isinstance(value, int):
