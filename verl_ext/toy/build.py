@@ -185,17 +185,25 @@ def _build_reason_into(out: Path, verbose: bool) -> dict:
     train_rows, val_rows = _reason.make_rows()
     _task.write_parquet(train_rows, str(out / "train.parquet"))
     _task.write_parquet(val_rows, str(out / "val.parquet"))
+    return _write_manifest(out, "reason", model, tok, t0, verbose, sft=sft, val_rows=val_rows,
+                           n_train={s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES},
+                           step0=figures)
+
+
+def _write_manifest(out: Path, task: str, model, tok, t0: float, verbose: bool, sft: dict, val_rows: list,
+                    **figures) -> dict:
+    """The build's record (``manifest.json``): task, fingerprint, weights hash, sizes, warm-up and step-0 figures."""
+    model_dir = out / "model"
     stats = {
-        "task": "reason",
-        "fingerprint": _fingerprint("reason"),
+        "task": task,
+        "fingerprint": _fingerprint(task),
         "weights_sha256": weights_sha256(model_dir),
         "build_seconds": round(time.time() - t0, 2),
         "n_params": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tok),
-        "n_train": {s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES},
         "n_val": len(val_rows),  # each held-out prompt VAL_SAMPLES times sampled, once greedy
         "sft": sft,
-        "step0": figures,
+        **figures,
     }
     with open(out / _MANIFEST, "w") as f:
         json.dump(stats, f, indent=2)
@@ -232,24 +240,8 @@ def _build_into(out: Path, verbose: bool, task: str = "add") -> dict:
     _task.write_parquet(val_rows, str(out / "val.parquet"))
 
     n_two = sum(r["data_source"] == _task.DATA_SOURCE_TWO for r in train_rows)
-    stats = {
-        "task": "add",
-        "fingerprint": _fingerprint("add"),
-        "weights_sha256": weights_sha256(model_dir),
-        "build_seconds": round(time.time() - t0, 2),
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tok),
-        "n_train": len(train_rows),
-        "n_train_two_digit": n_two,
-        "n_val": len(val_rows),  # each held-out prompt VAL_SAMPLES times sampled, once greedy
-        "sft": sft,
-        "eval": evals,
-    }
-    with open(out / _MANIFEST, "w") as f:
-        json.dump(stats, f, indent=2)
-    if verbose:
-        print(f"[verl_ext.toy] built in {stats['build_seconds']} s: " + summarize(stats))
-    return stats
+    return _write_manifest(out, "add", model, tok, t0, verbose, sft=sft, val_rows=val_rows,
+                           n_train=len(train_rows), n_train_two_digit=n_two, eval=evals)
 
 
 def summarize(stats: dict) -> str:
