@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from verl_ext.trainer.mixin import STATE_FILE
+from verl_ext.trainer.history_checkpoint import STATE_FILE
 
 pytestmark = pytest.mark.e2e
 

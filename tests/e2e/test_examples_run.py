@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import SMALL_RUN, read_metrics
-from verl_ext.trainer.mixin import STATE_FILE
+from verl_ext.trainer.history_checkpoint import STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -168,9 +168,9 @@ class _FakeWorkerGroup:
 
 @pytest.mark.parametrize("entropy_grad", [False, True])
 def test_trainer_installs_the_loss_only_when_asked(monkeypatch, entropy_grad):
-    from verl_ext.trainer.mixin import EntropyAdvantageMixin
+    from verl_ext.trainer.mixin import ExtTrainerMixin
 
-    trainer = EntropyAdvantageMixin()
+    trainer = ExtTrainerMixin()
     trainer.config = _run_config(entropy_grad=entropy_grad)
     trainer.actor_rollout_wg = _FakeWorkerGroup()
     # the real ActorConfig needs verl's full actor node; the engine tests below use the real one

@@ -16,8 +16,9 @@ from tests.unit.helpers import outcome_batch, uids
 from verl_ext import GroupEntropyHistory
 from verl_ext.algos.history import EntropyMoments, ThresholdRule
 from verl_ext.trainer.advantage import ENTROPY_KEY, batch_diagnostics, compute_extension_advantage, estimator_kwargs
+from verl_ext.trainer.history_checkpoint import STATE_FILE
 from verl_ext.trainer.legacy import ExtRayPPOTrainer
-from verl_ext.trainer.mixin import STATE_FILE, EntropyAdvantageMixin
+from verl_ext.trainer.mixin import ExtTrainerMixin
 
 
 def make_batch(n_groups=3, size=4, width=5, seed=0):
@@ -137,7 +138,7 @@ def test_legacy_fit_routes_verl_compute_advantage_and_restores_it(monkeypatch):
             "verl_ext/response_entropy_std"} <= set(grpo_metrics)
 
 
-class CheckpointingTrainer(EntropyAdvantageMixin):
+class CheckpointingTrainer(ExtTrainerMixin):
     def __init__(self, root, step, mode="auto", path=None):
         self.config = OmegaConf.create({"algorithm": algo("gepo"), "trainer": {
             "default_local_dir": str(root), "resume_mode": mode, "resume_from_path": path}})
@@ -175,15 +176,15 @@ def test_legacy_checkpoint_writes_history_before_verl_marks_the_step(tmp_path, m
 def test_v1_trainers_are_extended_per_mode_keeping_verl_mode_names():
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    from verl_ext.trainer.v1 import EntropyAdvantageV1Mixin, _fit_width, install_extension_trainers
+    from verl_ext.trainer.v1 import ExtV1TrainerMixin, _fit_width, install_extension_trainers
 
     before = dict(TRAINER_REGISTRY)
     try:
         install_extension_trainers()
         for mode, cls in TRAINER_REGISTRY.items():
-            assert issubclass(cls, EntropyAdvantageV1Mixin) and issubclass(cls, before[mode])
+            assert issubclass(cls, ExtV1TrainerMixin) and issubclass(cls, before[mode])
         install_extension_trainers()  # idempotent
-        assert all(TRAINER_REGISTRY[m].__bases__ == (EntropyAdvantageV1Mixin, before[m]) for m in before)
+        assert all(TRAINER_REGISTRY[m].__bases__ == (ExtV1TrainerMixin, before[m]) for m in before)
     finally:
         TRAINER_REGISTRY.clear()
         TRAINER_REGISTRY.update(before)

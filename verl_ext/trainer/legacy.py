@@ -17,10 +17,10 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
-from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
+from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 
 
-class ExtRayPPOTrainer(EntropyAdvantageMixin, RayPPOTrainer):
+class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
     def init_workers(self):
         super().init_workers()
         self._ext_install_entropy_grad_loss()

@@ -26,10 +26,10 @@ from verl_ext.config import bypass_mode
 from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
-from verl_ext.trainer.mixin import EntropyAdvantageMixin, replaced
+from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 
 
-class EntropyAdvantageV1Mixin(EntropyAdvantageMixin):
+class ExtV1TrainerMixin(ExtTrainerMixin):
     def on_init_end(self):
         self._ext_install_entropy_grad_loss()
         return super().on_init_end()
@@ -180,9 +180,9 @@ def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def extended_trainer_cls(base: type[PPOTrainer]) -> type[PPOTrainer]:
-    if issubclass(base, EntropyAdvantageV1Mixin):
+    if issubclass(base, ExtV1TrainerMixin):
         return base
-    return type(f"Ext{base.__name__}", (EntropyAdvantageV1Mixin, base), {"__module__": __name__})
+    return type(f"Ext{base.__name__}", (ExtV1TrainerMixin, base), {"__module__": __name__})
 
 
 def install_extension_trainers() -> None:
