@@ -3,7 +3,7 @@ composed, resolved and checked, printed as YAML; nothing is trained and no Ray, 
 
 Same arguments as ``python -m verl_ext.main`` (one job: no ``-m``). Unlike Hydra's own ``--cfg job --resolve``,
 which prints the config without calling the run, this goes through ``verl_ext.main.prepare``: verl_ext's start-up
-checks (``verl_ext.config.validate_run_config``) and verl's ``validate_config``, so an invalid combination
+checks (``verl_ext.run_checks.validate_run_config``) and verl's ``validate_config``, so an invalid combination
 fails here exactly as it would at start-up (exit 1, the error on stderr). The resolved config goes to stdout as one
 YAML document (``---`` first); the ``examples/`` scripts call this with ``DRY_RUN=1``. The model and data files need
 not exist (local training parquet files that do exist get verl_ext's agent_name check), and nothing is written (the

@@ -16,8 +16,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import register_structured_configs, validate_run_config
+from verl_ext.config import register_structured_configs
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
+from verl_ext.run_checks import validate_run_config
 
 register_structured_configs()
 
@@ -111,7 +112,7 @@ def prepare(config: DictConfig) -> None:
 
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     apply_platform_defaults(config)  # before the checks, so they see what will run
-    validate_run_config(config)  # verl_ext's start-up checks (verl_ext/config.py), before verl's own
+    validate_run_config(config)  # verl_ext's start-up checks (verl_ext/run_checks.py), before verl's own
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 

@@ -6,7 +6,8 @@ import re
 import pytest
 from hydra import compose, initialize_config_dir
 
-from verl_ext.config import ConfigError, register_structured_configs, validate_run_config
+from verl_ext.config import ConfigError, register_structured_configs
+from verl_ext.run_checks import validate_run_config
 
 CONFIG_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "hydra_configs"))
 

@@ -11,8 +11,8 @@ from verl_ext.config import (
     GepoConfig,
     load_algorithm_config,
     register_structured_configs,
-    validate_run_config,
 )
+from verl_ext.run_checks import validate_run_config
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "hydra_configs")
 

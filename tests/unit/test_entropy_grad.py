@@ -29,7 +29,8 @@ from verl_ext.algos.edge_grpo import (
     response_entropy,
 )
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
-from verl_ext.config import ConfigError, EdgeGrpoConfig, load_algorithm_config, validate_entropy_grad
+from verl_ext.config import ConfigError, EdgeGrpoConfig, load_algorithm_config
+from verl_ext.run_checks import validate_entropy_grad
 from verl_ext.trainer.eda_loss import (
     FALLBACK_FRAC,
     RATIO_MEAN,

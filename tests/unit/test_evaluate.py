@@ -89,8 +89,9 @@ def test_overrides_compose_into_a_valid_val_only_config(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_ext.config import register_structured_configs, validate_run_config
+    from verl_ext.config import register_structured_configs
     from verl_ext.main import config_dir
+    from verl_ext.run_checks import validate_run_config
 
     data = _suite_dir(tmp_path, {"aime": 5, "amc": 4})
     files = ev.find_suite_files(data)

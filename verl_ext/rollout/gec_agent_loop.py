@@ -26,7 +26,7 @@ Rollout log-probs of injected tokens (cue, template, solution, added EOS) are 0.
 the generate API cannot score given tokens. verl's loss uses the actor's recomputed old log-probs (ratio 1 on
 the first pass, as in the original), so only the rollout-vs-actor diagnostics (and rollout-correction IS
 weights, or ``bypass_mode``, which would treat them as probability-1 tokens: refused at start-up by
-``verl_ext.config.validate_run_config``) see them; with ``mask_injected`` they are out of the loss anyway.
+``verl_ext.run_checks.validate_run_config``) see them; with ``mask_injected`` they are out of the loss anyway.
 
 A row may carry its own sampling settings in ``extra_info["sampling_params"]`` (keys ``ROW_SAMPLING_KEYS``, e.g.
 ``{"temperature": 0}`` for a greedy copy of a validation prompt next to the sampled one); they replace the
@@ -56,7 +56,7 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_ext.config import unknown_sampling_keys
+from verl_ext.data_checks import unknown_sampling_keys
 from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_KEY
 from verl_ext.rollout import gec
 from verl_ext.verl_compat import check_agent_loop, check_agent_loop_sample_keys
@@ -99,7 +99,7 @@ def reward_manager_of(config, tokenizer) -> Any:
     reward_cfg = config.get("reward", None)
     if reward_cfg is None:
         raise ValueError("GEC needs verl's `reward` config node to score the first response")
-    from verl_ext.config import check_gec_reward
+    from verl_ext.run_checks import check_gec_reward
 
     check_gec_reward(config)  # refused at start-up already (validate_run_config); here for other entry points
     from verl_ext.verl_compat import check_reward_manager

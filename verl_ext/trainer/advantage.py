@@ -15,7 +15,7 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 from verl_ext.algos.groups import group_ids, group_mean_std, masked_row_mean
 from verl_ext.algos.history import GroupEntropyHistory
-from verl_ext.config import ADV_ESTIMATORS
+from verl_ext.names import ADV_ESTIMATORS
 
 # per-token entropy of the old-log-prob pass: v1's TransferQueue field name, and the key under which the legacy
 # trainer keeps a copy (verl's legacy fit() pops its own "entropys" before computing advantages)

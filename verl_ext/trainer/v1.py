@@ -22,8 +22,8 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
-from verl_ext.config import bypass_mode
 from verl_ext.names import TRAINING_ROLLOUT_KEY
+from verl_ext.run_checks import bypass_mode
 from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced

@@ -1,0 +1,175 @@
+"""The start-up checks that span verl's and verl_ext's keys: ``validate_run_config`` (``python -m verl_ext.main`` and
+``python -m verl_ext.dry_run`` run it before verl's own ``validate_config``, before Ray starts).
+
+verl_ext's own nodes are validated by their dataclasses (``verl_ext.config``); this module checks how they combine
+with verl's settings (rollout.n, agent loops, rollout correction, filter_groups, ...) and with the run's data
+(``verl_ext.data_checks``). A refused combination is a ``ConfigError`` naming both settings and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_ext.config import ConfigError, ExtAlgorithmConfig, _check, config_value, load_algorithm_config
+from verl_ext.data_checks import check_gec_data, data_agent_names
+from verl_ext.names import ADV_ESTIMATORS, GEC_AGENT_NAME
+
+
+def validate_entropy_grad(config: Any) -> None:
+    """Start-up checks of ``algorithm.edge_grpo.entropy_grad=true`` against the rest of the run's config.
+
+    The gradient through H_i(θ) lives in the actor loss that verl_ext's trainers install on verl's engine workers
+    (both trainers use them), so it needs adv_estimator=edge_grpo and verl's PPO loss (no distillation loss).
+    """
+    algo = config_value(config, "algorithm")
+    if not load_algorithm_config(algo).edge_grpo.entropy_grad:
+        return
+    key = "algorithm.edge_grpo.entropy_grad"
+    estimator = str(config_value(algo, "adv_estimator", ""))
+    _check(estimator == "edge_grpo", key, True,
+           f"applies to algorithm.adv_estimator=edge_grpo only (got {estimator!r}); set it to false")
+    _check(not config_value(config, "distillation.enabled", False), key, True,
+           "cannot be combined with distillation.enabled=true (the distillation loss replaces the PPO loss)")
+
+
+def check_gec_reward(config: Any) -> None:
+    """GEC scores the first response inside the agent loop with verl's rule reward (custom function or default
+    ``compute_score``); a reward model cannot be called from there."""
+    if config_value(config, "reward.reward_model.enable", False) and not config_value(
+            config, "reward.custom_reward_function.path", None):
+        raise ConfigError(
+            "algorithm.gec.enable=true with reward.reward_model.enable=true and no reward.custom_reward_function.path: "
+            "GEC scores the first response inside the agent loop with a rule reward it can call there (a reward model "
+            "alone cannot be); set reward.custom_reward_function.path, or algorithm.gec.enable=false")
+
+
+def bypass_mode(config: Any) -> bool:
+    """``algorithm.rollout_correction.bypass_mode`` of a run config (read as verl reads it): verl then takes the
+    rollout's log-probs as ``old_log_probs`` and skips the old-log-prob pass, and with it the per-token entropy."""
+    return bool(config_value(config, "algorithm.rollout_correction.bypass_mode", False))
+
+
+def needs_entropy(estimator: str, ext: ExtAlgorithmConfig) -> bool:
+    """Whether ``estimator`` with these settings reads the old-log-prob pass's per-token entropy."""
+    return estimator == "edge_grpo" or (
+        estimator == "gepo" and (ext.gepo.base == "edge_grpo" or ext.gepo.entropy_estimator == "full_entropy"))
+
+
+def validate_run_config(config: Any) -> ExtAlgorithmConfig:
+    """Start-up checks of a composed run config (verl's ppo_trainer plus verl_ext's nodes); returns the ext config.
+
+    Besides each node's own ranges, refuses the combinations that would silently turn a method off or corrupt it,
+    with a ConfigError naming the settings: group estimators or GEC with ``rollout.n < 2`` (every group has one
+    member), GEC whose rollouts never reach the ``gec_agent`` loop, GEC with anything that uses rollout log-probs as
+    the behaviour policy (injected tokens carry rollout log-prob 0.0) unless ``gec.mask_injected`` takes them out of
+    the response mask, settings the estimators cannot run with, :func:`validate_entropy_grad` and
+    :data:`FEATURE_COMBINATION_CHECKS`.  ``python -m verl_ext.main`` (and its dry run) calls this one function.
+    """
+    algorithm = config.algorithm
+    ext = load_algorithm_config(algorithm)
+    estimator = str(algorithm.adv_estimator)
+    rollout = config.actor_rollout_ref.rollout
+    rollout_corr = config_value(algorithm, "rollout_correction", {})
+    bypass = bypass_mode(config)
+    n = int(config_value(rollout, "n", 1))
+    gec = ext.gec
+    validate_feature_combinations(config, ext)
+    validate_entropy_grad(config)
+
+    if bypass and needs_entropy(estimator, ext):
+        what = estimator if estimator == "edge_grpo" else (
+            f"gepo with base={ext.gepo.base} and entropy_estimator={ext.gepo.entropy_estimator}")
+        raise ConfigError(
+            f"algorithm.adv_estimator={what} needs the per-token entropy of the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; turn bypass_mode off (or, for gepo, use a "
+            "log-prob entropy_estimator such as token_mean with a base other than edge_grpo)"
+        )
+    if estimator == "gepo" and ext.gepo.logprob_source == "rollout" and not (
+        config_value(rollout, "calculate_log_probs", False) or bypass
+    ):
+        raise ConfigError(
+            "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
+        )
+    trains = not bool(config_value(config, "trainer.val_only", False))  # val_only: no advantage
+    if trains and estimator in ADV_ESTIMATORS and n < 2:  # both are group-relative
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
+            "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
+            "(EDGE-GRPO samples 8, GEPO 16); set actor_rollout_ref.rollout.n >= 2"
+        )
+    if config_value(rollout, "agent.default_agent_loop") == GEC_AGENT_NAME or gec.enable:
+        check_gec_data(config, gec)
+    if not gec.enable:
+        return ext
+
+    check_gec_reward(config)
+    if n < 2:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.gec.enable=true: GEC corrects wrong responses "
+            "so that all-wrong groups get a learning signal, which needs groups; set actor_rollout_ref.rollout.n >= 2"
+        )
+    default_loop = config_value(rollout, "agent.default_agent_loop")
+    if default_loop != GEC_AGENT_NAME:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} with algorithm.gec.enable=true: GEC "
+            f"runs only in the {GEC_AGENT_NAME!r} agent loop; set default_agent_loop={GEC_AGENT_NAME} (verl_ext's "
+            "configs do) or algorithm.gec.enable=false"
+        )
+    for path, counts in data_agent_names(config_value(config.data, "train_files", None)).items():
+        other = {k: v for k, v in counts.items() if k != GEC_AGENT_NAME}
+        if other:
+            raise ConfigError(
+                f"data.train_files {path} has an agent_name column that sends {sum(other.values())} of "
+                f"{sum(counts.values())} rows to {sorted(map(str, other))} (verl prefers that column over "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop), so algorithm.gec.enable=true would never "
+                f"correct them; drop the column or set it to {GEC_AGENT_NAME!r}, or set algorithm.gec.enable=false"
+            )
+    uses_rollout_logprobs = [
+        key for key, on in (
+            ("algorithm.rollout_correction.bypass_mode=true", bypass),
+            (f"algorithm.rollout_correction.rollout_is={config_value(rollout_corr, 'rollout_is', None)!r}",
+             config_value(rollout_corr, "rollout_is", None) is not None),
+            (f"algorithm.rollout_correction.rollout_rs={config_value(rollout_corr, 'rollout_rs', None)!r}",
+             config_value(rollout_corr, "rollout_rs", None) is not None),
+            ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
+        ) if on
+    ]
+    if uses_rollout_logprobs and not gec.mask_injected:  # masked tokens are out of the loss, IS/RS and H_g
+        raise ConfigError(
+            f"algorithm.gec.enable=true cannot be combined with {', '.join(uses_rollout_logprobs)}: these use the "
+            "rollout engine's log-probs as the behaviour policy, and the tokens GEC injects (cue, answer template, "
+            "reference solution) were never sampled, so their rollout log-prob is 0.0; turn them off (the loss then "
+            "uses the recomputed old_log_probs, as the original does), set algorithm.gec.mask_injected=true (the "
+            "injected tokens leave the response mask) or set algorithm.gec.enable=false"
+        )
+    return ext
+
+
+def active_features(config: Any, ext: ExtAlgorithmConfig) -> list[str]:
+    """The verl_ext features this run turns on, as the settings that turn them on."""
+    estimator = str(config_value(config, "algorithm.adv_estimator", ""))
+    features = [f"algorithm.adv_estimator={estimator}"] if estimator in ADV_ESTIMATORS else []
+    if ext.gec.enable:
+        features.append("algorithm.gec.enable=true")
+    return features
+
+
+def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """DAPO dynamic sampling exists only in verl's v1 replay buffer; the legacy trainer would silently ignore it."""
+    features = active_features(config, ext)
+    if features and config_value(config, "algorithm.filter_groups.enable", False) and not config_value(
+            config, "trainer.use_v1", True):
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true with trainer.use_v1=false (and {', '.join(features)}): verl's "
+            "legacy trainer ignores filter_groups (DAPO dynamic sampling lives in the v1 replay buffer), so this "
+            "run would silently train on unfiltered groups; set trainer.use_v1=true")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
+
+
+def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:
+    """Start-up refusals of combinations that would silently misbehave; raises ConfigError naming both settings."""
+    ext = load_algorithm_config(config_value(config, "algorithm")) if ext is None else ext
+    for check in FEATURE_COMBINATION_CHECKS:
+        check(config, ext)
