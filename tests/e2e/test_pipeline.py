@@ -104,6 +104,7 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
     # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks
     run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
                    "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
+                   "actor_rollout_ref.actor.optim.lr=1e-3",
                    "trainer.val_before_train=true", "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts")
     steps = run.metrics()
     validation_untouched_by_gec(steps)
@@ -114,6 +115,6 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
         assert values["gec/frac_edited"] > 0 and "gec/groups_rescued" in values
         # GEC's length budget: every edit fits, nothing cut
         assert values["gec/truncated"] == 0 and values["gec/count/answer_no_room"] == 0
-    # verl logs the LR after the scheduler step: toy lr 1e-3 decays linearly to 0 over the 2 steps
+    # verl logs the LR after the scheduler step: lr 1e-3 decays linearly to 0 over the 2 steps
     assert steps[1]["actor/lr"] == pytest.approx(0.5e-3) and steps[2]["actor/lr"] == pytest.approx(0.0)
     assert "hf_server_1_0" in run.output  # one rollout server per training rank: the sharded path ran
