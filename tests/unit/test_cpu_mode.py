@@ -92,6 +92,26 @@ print("SELECT " + json.dumps(out))
 """
 
 
+# A fresh Ray worker that unpickles the hf rollout server imports verl_ext.cpu.hf_rollout before verl: its
+# `import verl` loads the plugin, which turns CPU mode on while the module is half-executed.
+_ACTOR_MODULE_FIRST = r"""
+import json
+import verl_ext.cpu.hf_rollout
+import verl_ext.cpu.checkpoint_engine
+from verl.checkpoint_engine.base import CheckpointEngineRegistry
+from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+from verl_ext.cpu import is_cpu_support_active
+
+print("ACTOR " + json.dumps({
+    "active": is_cpu_support_active(),
+    "replica": RolloutReplicaRegistry.get("hf").__name__,
+    "adapter": _ROLLOUT_REGISTRY.get(("hf", "async")),
+    "checkpoint_engine": "cpu" in CheckpointEngineRegistry._registry,
+}))
+"""
+
+
 def _start(script: str, *args: str, **env_changes) -> subprocess.Popen:
     env = dict(os.environ)
     for key in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_PLUGINS"):
@@ -101,7 +121,7 @@ def _start(script: str, *args: str, **env_changes) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _result(proc: subprocess.Popen, prefix: str) -> dict:
+def _result(proc: subprocess.Popen, prefix: str, keep_stderr: bool = False) -> dict:
     try:
         out, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -109,7 +129,7 @@ def _result(proc: subprocess.Popen, prefix: str) -> dict:
         out, err = proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     line = [ln for ln in out.splitlines() if ln.startswith(prefix + " ")][-1]
-    return json.loads(line[len(prefix) + 1:])
+    return {**json.loads(line[len(prefix) + 1:]), **({"stderr": err} if keep_stderr else {})}
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +140,10 @@ def runs() -> dict:
         "switch_off": (_start(_SNAPSHOT), "SNAPSHOT"),  # verl_ext's entry point loads, VERL_PLATFORM unset
         "switch_on": (_start(_SNAPSHOT, VERL_PLATFORM="cpu"), "SNAPSHOT"),
         "main": (_start(_SELECT, os.path.abspath(CONFIG_DIR)), "SELECT"),
+        "actor_module_first": (_start(_ACTOR_MODULE_FIRST, VERL_PLATFORM="cpu"), "ACTOR"),
     }
-    return {name: _result(proc, prefix) for name, (proc, prefix) in procs.items()}
+    return {name: _result(proc, prefix, keep_stderr=name == "actor_module_first")
+            for name, (proc, prefix) in procs.items()}
 
 
 def test_switch_off_leaves_verl_platform_as_stock_verl_chooses_it(runs):
@@ -144,6 +166,15 @@ def test_switch_on_selects_the_cpu_platform(runs):
     assert snap["platform_class"] == "PlatformCPU" and snap["device_name"] == "cpu"
     assert snap["VERL_ENGINE_DEVICE"] == "cuda"  # engine-class selection only (see verl_ext.cpu.platform)
     assert snap["hf_replica"] and snap["hf_adapter"] and snap["gloo_wrapper"]
+
+
+def test_a_worker_importing_the_hf_server_first_gets_cpu_mode_without_a_plugin_error(runs):
+    # the circular import (plugin -> verl_ext.cpu -> the half-imported hf_rollout) once logged "verl_ext's verl
+    # plugin failed in this process" in every CPU run's rollout server
+    r = runs["actor_module_first"]
+    assert "failed in this process" not in r["stderr"] and "circular import" not in r["stderr"], r["stderr"][-2000:]
+    assert r["active"] and r["replica"] == "HFReplica" and r["checkpoint_engine"]
+    assert r["adapter"] == "verl_ext.cpu.hf_rollout.HFServerAdapter"
 
 
 def test_only_verl_platform_cpu_requests_cpu_mode(monkeypatch):

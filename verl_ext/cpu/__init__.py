@@ -19,13 +19,22 @@ When on, it:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import sys
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
 CPU_PLATFORM_ENV = "VERL_PLATFORM"  # verl's own platform override, read by its platform auto-detection
 _ACTIVE = False
+# registrations that live in modules importing verl at their top; see _register
+_REGISTRATIONS = (
+    ("verl_ext.cpu.hf_rollout", "register_hf_rollout"),  # rollout backend "hf"
+    ("verl_ext.cpu.checkpoint_engine", "register_cpu_checkpoint_engine"),  # backend "cpu" (v1 separate_async)
+)
+_DEFERRED: set[str] = set()
 
 
 def cpu_mode_requested() -> bool:
@@ -52,20 +61,39 @@ def activate_cpu_support_if_needed() -> bool:
 
     install_cpu_platform()  # before anything imports a verl module that resolves the platform
     check_cpu_mode()
-    from verl_ext.cpu.checkpoint_engine import register_cpu_checkpoint_engine
-    from verl_ext.cpu.hf_rollout import register_hf_rollout
     from verl_ext.cpu.offload import unpin_cpu_offload_policy
     from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
     apply_verl_fixes()
-    register_hf_rollout()
-    register_cpu_checkpoint_engine()  # backend "cpu": weights to standalone rollouts (v1 separate_async)
+    for module_name, function in _REGISTRATIONS:
+        _register(module_name, function)
     unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
     vllm_patched = install_vllm_cpu_patches()
     _ACTIVE = True
     logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered%s)",
                 ", vLLM CPU build patched" if vllm_patched else "")
     return True
+
+
+def _register(module_name: str, function: str) -> None:
+    """Run ``module_name.function()``, or leave it to the module's last line while that module is mid-import.
+
+    A fresh Ray worker that unpickles an actor of such a module (the ``hf`` rollout server) imports the module first;
+    its ``import verl`` loads verl's plugins, which land here with the module half-executed, so importing the
+    function would fail (a circular import). The module then calls :func:`finish_deferred_registration` itself.
+    """
+    module = sys.modules.get(module_name)
+    if module is not None and not hasattr(module, function):
+        _DEFERRED.add(module_name)
+        return
+    getattr(importlib.import_module(module_name), function)()
+
+
+def finish_deferred_registration(module_name: str, register: Callable[[], None]) -> None:
+    """The last line of a module in ``_REGISTRATIONS``: registers it if CPU mode came on during its import."""
+    if module_name in _DEFERRED:
+        _DEFERRED.discard(module_name)
+        register()
 
 
 def enable_cpu_mode() -> bool:
@@ -88,5 +116,6 @@ __all__ = [
     "activate_cpu_support_if_needed",
     "cpu_mode_requested",
     "enable_cpu_mode",
+    "finish_deferred_registration",
     "is_cpu_support_active",
 ]

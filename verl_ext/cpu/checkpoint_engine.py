@@ -22,6 +22,8 @@ import ray
 import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
+from verl_ext.cpu import finish_deferred_registration
+
 BACKEND = "cpu"
 _MAILBOX = "verl_ext_cpu_checkpoint_mailbox"
 
@@ -116,3 +118,6 @@ class CPUCheckpointEngine(CheckpointEngine):
 def register_cpu_checkpoint_engine() -> None:
     """Importing this module registers the engine; this is the explicit, idempotent entry point."""
     CheckpointEngineRegistry.register(BACKEND)(CPUCheckpointEngine)
+
+
+finish_deferred_registration(__name__, register_cpu_checkpoint_engine)  # CPU mode came on while this module imported verl

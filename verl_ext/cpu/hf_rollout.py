@@ -52,6 +52,7 @@ from verl.workers.rollout.base import _ROLLOUT_REGISTRY, BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 from verl_ext.config import config_value
+from verl_ext.cpu import finish_deferred_registration
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
@@ -623,3 +624,6 @@ class HFServerAdapter(BaseRollout):
             logger.info(
                 "hf rollout: replica %d got %d tensors in %.3fs", self.replica_rank, len(named), time.time() - start
             )
+
+
+finish_deferred_registration(__name__, register_hf_rollout)  # CPU mode came on while this module imported verl
