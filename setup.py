@@ -32,7 +32,8 @@ setup(
     # verl_ext/hydra_configs (verl_ext.main finds either)
     packages=find_packages(include=["verl_ext", "verl_ext.*"]) + ["verl_ext.hydra_configs"],
     package_dir={"verl_ext.hydra_configs": "hydra_configs"},
-    package_data={"verl_ext.hydra_configs": ["*.yaml", "*/*.yaml"]},  # + config groups in subfolders
+    package_data={"verl_ext.hydra_configs": ["*.yaml", "*/*.yaml"],  # + config groups in subfolders
+                  "verl_ext.toy": ["weights/*.safetensors", "weights/*.json"]},  # the warmed-up reasoning toy
     python_requires=">=3.10",
     install_requires=[
         VERL,

@@ -365,3 +365,25 @@ def test_reason_fits_the_toy_config(reason_builds):
     longest = len(toy_reason.solution("toy_chain6", (9,) * 6))
     assert longest + 1 <= first_budget and longest + 1 <= cfg.algorithm.gec.max_continuation_tokens
     assert cfg.algorithm.gec.cue == toy_reason.CUE and cfg.algorithm.gec.answer_template == toy_reason.ANSWER_TEMPLATE
+
+
+def test_default_build_copies_the_packaged_weights(tmp_path):
+    # the reasoning toy's warmed-up weights ship in the package: every machine starts from the same bits, and the
+    # build takes seconds (the from-scratch warm-up is tests/e2e/test_toy_build.py)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.toy import model as toy_model
+
+    weights, record = toy_build.shipped_weights()
+    assert weights.stat().st_size < 1_000_000 and record["fingerprint"] == toy_build._fingerprint()
+    assets = build_toy_assets(cache_dir=tmp_path, verbose=False)
+    assert assets.built and assets.stats["weights_source"] == "shipped"
+    assert assets.stats["weights_sha256"] == record["weights_sha256"] == toy_build.weights_sha256(assets.model_path)
+    assert assets.stats["step0"] == record["step0"]
+    # the copied weights are the warmed-up model: greedy, it solves held-out chains (1.00 at step 0)
+    tok = AutoTokenizer.from_pretrained(assets.model_path)
+    model = AutoModelForCausalLM.from_pretrained(assets.model_path)
+    ops = toy_reason.split_problems().val[toy_reason.DATA_SOURCE_CHAIN][:5]
+    outs = toy_model.sample_responses(model, tok, [toy_reason.prompt_text(toy_reason.DATA_SOURCE_CHAIN, o) for o in ops],
+                                      toy_build.EVAL_MAX_TOKENS, 0.0, seed=0)
+    assert [toy_reason.final_answer(o["text"]) for o in outs] == [str(toy_reason.answer(o)) for o in ops]

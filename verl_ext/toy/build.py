@@ -4,6 +4,11 @@ Two tasks: ``reason`` (the default, ``reason.py``: step-by-step additions with a
 sources) and ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). Both builds are
 deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (``reason``; ``add`` keeps
 its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0 figures.
+
+The ``reason`` task's warmed-up weights ship in the package (``weights/reason-<fingerprint>.safetensors``, 364 KB,
+with the record of the build that made them): a build for that fingerprint copies them instead of warming up, so
+every machine starts from the same bits, whatever its CPU rounds differently. ``from_scratch=True`` (``python -m
+verl_ext.toy --from-scratch``) runs the warm-up instead; a changed recipe (another fingerprint) always does.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
 import time
@@ -37,6 +43,7 @@ _MANIFEST = "manifest.json"
 # correct-solution examples (loss on the cue and the solution only), which teaches what follows the cue.
 REASON_SFT = {"steps": 1000, "lr": 4e-3, "batch": 64, "examples": 8000, "mix_bag": 0.5, "fix": 0.2}
 EVAL_MAX_TOKENS = 64
+SHIPPED_DIR = Path(__file__).with_name("weights")
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,48 @@ def weights_sha256(model_dir: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def cpu_signature() -> str:
+    """The CPU model and a hash of its feature flags: two machines with the same signature run the same kernels."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not flags:
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = " ".join(sorted(value.split()))
+                    break
+    except OSError:
+        pass
+    return f"{model} / flags {hashlib.sha256(flags.encode()).hexdigest()[:8]}"
+
+
+def shipped_weights(task: str = DEFAULT_TASK) -> tuple[Path, dict] | None:
+    """The packaged weights of ``task``'s current recipe and the record of the build that made them, or None."""
+    stem = SHIPPED_DIR / f"{task}-{_fingerprint(task)}"
+    weights, record = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    if not (weights.is_file() and record.is_file()):
+        return None
+    with open(record) as f:
+        return weights, json.load(f)
+
+
+def ship_weights(assets: ToyAssets) -> Path:
+    """Write a from-scratch build's weights and record into the package (``SHIPPED_DIR``), for a changed recipe."""
+    stats = assets.stats
+    if stats.get("weights_source") != "warm-up":
+        raise ValueError("ship the weights of a from-scratch build (python -m verl_ext.toy --from-scratch --ship)")
+    SHIPPED_DIR.mkdir(exist_ok=True)
+    stem = SHIPPED_DIR / f"{stats['task']}-{stats['fingerprint']}"
+    shutil.copyfile(Path(assets.model_path) / "model.safetensors", stem.with_suffix(".safetensors"))
+    keep = ("task", "fingerprint", "weights_sha256", "n_params", "vocab_size", "sft", "step0", "cpu")
+    with open(stem.with_suffix(".json"), "w") as f:
+        json.dump({k: stats[k] for k in keep if k in stats}, f, indent=2)
+        f.write("\n")
+    return stem.with_suffix(".safetensors")
+
+
 def reason_warmup_examples(split, seed: int = SEED) -> list[tuple[str, str, str]]:
     """(prompt, context, target) triples of the reasoning task's warm-up (``REASON_SFT``), deterministic."""
     import random
@@ -156,7 +205,7 @@ def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
     return figures
 
 
-def _build_reason_into(out: Path, verbose: bool) -> dict:
+def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False) -> dict:
     import torch
 
     from .tokenizer import save_tokenizer
@@ -166,28 +215,40 @@ def _build_reason_into(out: Path, verbose: bool) -> dict:
     model_dir.mkdir(parents=True)
     tok = save_tokenizer(model_dir)
     split = _reason.split_problems()
-    examples = reason_warmup_examples(split)
+    shipped = None if from_scratch else shipped_weights("reason")
     with torch.random.fork_rng(devices=[]):
         model = _model.create_model(tok, seed=SEED)
-        sft = _model.sft_warmup_steps(model, tok, examples, seed=SEED, steps=REASON_SFT["steps"],
-                                      lr=REASON_SFT["lr"], batch_size=REASON_SFT["batch"])
-        model.save_pretrained(str(model_dir), safe_serialization=True)
+        if shipped is None:
+            sft = _model.sft_warmup_steps(model, tok, reason_warmup_examples(split), seed=SEED,
+                                          steps=REASON_SFT["steps"], lr=REASON_SFT["lr"],
+                                          batch_size=REASON_SFT["batch"])
+        model.save_pretrained(str(model_dir), safe_serialization=True)  # config.json (+ the weights, replaced next)
+        if shipped is not None:
+            shutil.copyfile(shipped[0], model_dir / "model.safetensors")
+            if weights_sha256(model_dir) != shipped[1]["weights_sha256"]:
+                raise RuntimeError(f"the packaged toy weights {shipped[0]} do not match their record's sha256")
         gen = _model.generation_config(tok)
         gen.max_new_tokens = EVAL_MAX_TOKENS
         gen.save_pretrained(str(model_dir))
-        n_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            figures = reason_step0_figures(model, tok, split)
-        finally:
-            torch.set_num_threads(n_threads)
+        if shipped is None:
+            n_threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                figures = reason_step0_figures(model, tok, split)
+            finally:
+                torch.set_num_threads(n_threads)
 
     train_rows, val_rows = _reason.make_rows()
     _task.write_parquet(train_rows, str(out / "train.parquet"))
     _task.write_parquet(val_rows, str(out / "val.parquet"))
-    return _write_manifest(out, "reason", model, tok, t0, verbose, sft=sft, val_rows=val_rows,
-                           n_train={s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES},
-                           step0=figures)
+    n_train = {s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES}
+    if shipped is not None:  # the figures and warm-up record of the build that made the packaged weights
+        record = shipped[1]
+        return _write_manifest(out, "reason", model, tok, t0, verbose, sft=record["sft"], val_rows=val_rows,
+                               n_train=n_train, step0=record["step0"], weights_source="shipped",
+                               cpu=record.get("cpu"))
+    return _write_manifest(out, "reason", model, tok, t0, verbose, sft=sft, val_rows=val_rows, n_train=n_train,
+                           step0=figures, weights_source="warm-up", cpu=cpu_signature())
 
 
 def _write_manifest(out: Path, task: str, model, tok, t0: float, verbose: bool, sft: dict, val_rows: list,
@@ -212,9 +273,9 @@ def _write_manifest(out: Path, task: str, model, tok, t0: float, verbose: bool, 
     return stats
 
 
-def _build_into(out: Path, verbose: bool, task: str = "add") -> dict:
+def _build_into(out: Path, verbose: bool, task: str = "add", from_scratch: bool = False) -> dict:
     if task == "reason":
-        return _build_reason_into(out, verbose)
+        return _build_reason_into(out, verbose, from_scratch)
     import torch
 
     from .tokenizer import save_tokenizer
@@ -248,6 +309,8 @@ def summarize(stats: dict) -> str:
     """One line: the toy's task, fingerprint, weights hash and step-0 figures."""
     head = f"task={stats.get('task', 'add')} fingerprint={stats.get('fingerprint')} " \
            f"weights={str(stats.get('weights_sha256', '?'))[:12]}"
+    if stats.get("weights_source"):
+        head += f" ({stats['weights_source']})"
     if "step0" in stats:
         parts = [f"{s}: acc@T1={e['acc_t1']:.3f} greedy={e['acc_greedy']:.3f} len={e['median_len']} "
                  f"H={e['entropy']:.3f} repair={e['repair_t1']:.3f}" for s, e in stats["step0"].items()]
@@ -262,15 +325,17 @@ def summarize(stats: dict) -> str:
 
 
 def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = False, verbose: bool = True,
-                     task: str = DEFAULT_TASK) -> ToyAssets:
+                     task: str = DEFAULT_TASK, from_scratch: bool = False) -> ToyAssets:
     """Build the toy assets of ``task`` ("reason", the default, or "add") once and cache them; later calls return
     the cached paths.
 
     ``cache_dir`` defaults to ``$VERL_EXT_CACHE`` or ``~/.cache/verl_ext/toy``. The assets
     live in a subdirectory named after a fingerprint of the build settings, so changing
     the recipe rebuilds automatically. ``force=True`` rebuilds unconditionally.
+    ``from_scratch=True`` (implies ``force``) warms the ``reason`` model up instead of copying the packaged weights.
     Safe against concurrent builders: each builds in a private temp dir and renames it.
     """
+    force = force or from_scratch
     if task not in TASKS:
         raise ValueError(f"toy task {task!r}: must be one of {list(TASKS)}")
     base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -284,7 +349,7 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = F
 
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=str(base)))
     try:
-        stats = _build_into(tmp, verbose=verbose, task=task)
+        stats = _build_into(tmp, verbose=verbose, task=task, from_scratch=from_scratch)
         if root.exists():
             if not force and _is_complete(root):  # another process won the race
                 shutil.rmtree(tmp, ignore_errors=True)
