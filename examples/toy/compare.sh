@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side on the embedded CPU task: every METHOD x SEED with ./train.sh (same seeds for every method), then
-# one report over all of them (python -m verl_ext.report --by-method: a row per method, mean over seeds; PNGs).
+# one report over all of them (python -m verl_ext.report --by-method: a row per method, mean over seeds; PNGs), and
+# each run's last checkpoint measured per data source as the build measures step 0 (python -m verl_ext.toy --figures:
+# accuracy, length, token entropy, empty replies; <run>/end_figures.json; the reasoning task only).
 # Runs are seeded (data order, the hf rollout's sampling, GEC's branch draws), so seeds pair the methods.
 #   METHODS  default "grpo eda grpo_gec edge_grpo gepo edge_grpo_guard": GRPO (GEC off), EDA alone, GEC alone on
 #            GRPO, EDGE-GRPO (EDA + GEC), GEPO, and EDGE-GRPO with the degenerate-edit guard (examples/common.sh)
@@ -53,6 +55,14 @@ for seed in $SEEDS; do
     done
 done
 ((${#runs[@]})) || vx_die "no run wrote metrics"
+if [[ " $* " != *" +toy="* ]]; then  # the figures are the reasoning task's
+    for d in "${runs[@]}"; do
+        latest="$d/checkpoints/latest_checkpointed_iteration.txt"
+        [[ -e "$latest" ]] || continue
+        "$PYTHON" -m verl_ext.toy --figures "$d/checkpoints/global_step_$(cat "$latest")" --json | tail -n 1 \
+            > "$d/end_figures.json" || echo "$(basename "$0"): no figures for $d" >&2
+    done
+fi
 "$PYTHON" -m verl_ext.report "${runs[@]}" --by-method --last "$LAST" -o "$(vx_abspath "$OUTPUT_ROOT/verl_ext_toy/compare")"
 
 failed=("$failed_dir"/*)

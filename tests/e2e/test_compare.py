@@ -4,12 +4,14 @@ then the by-method report (the full comparison is >= 3 seeds of full runs of all
 What it proves: the script's method overrides reach verl's real pipeline with the same seed (GEC off, the paper's
 method, the paper's method with the guard; every method's composed config is checked by the dry runs of
 tests/unit/test_examples.py), validation reports the sampled and the greedy figure per data source, the step metrics
-carry the all-wrong groups per data source, and the report's by-method table and PNGs come out of the runs. Three
+carry the all-wrong groups per data source, the report's by-method table and PNGs come out of the runs, and each run's
+last checkpoint is measured per data source (``python -m verl_ext.toy --figures``). Three
 short runs, ~4 min on 2 cores.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,8 +33,9 @@ def test_compare_script_runs_every_method_and_reports_by_method(tmp_path):
                STEPS="2", LAST="2", PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])]),
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     # validation at the last step on a random 64 of the held-out rows (the full set is ~20 s per validation)
-    overrides = [o for o in SMALL_RUN if not o.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
-    overrides += ["trainer.test_freq=2", "data.val_max_samples=64"]
+    overrides = [o for o in SMALL_RUN
+                 if not o.startswith(("trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq"))]
+    overrides += ["trainer.test_freq=2", "data.val_max_samples=64", "trainer.save_freq=2"]
     proc = subprocess.run([str(REPO / "examples" / "toy" / "compare.sh"), *overrides], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
@@ -48,6 +51,10 @@ def test_compare_script_runs_every_method_and_reports_by_method(tmp_path):
         if method == "edge_grpo":
             assert last["gec/count/too_short"] == 0  # the guard is off unless asked for
         assert any(k.startswith("val-core/") and "@greedy/acc/" in k for k in last), method  # greedy next to sampled
+        # the last checkpoint measured per data source (verl's FSDP checkpoint loaded back as an HF model)
+        figures = json.loads((root / f"toy_{method}_seed1" / "end_figures.json").read_text())
+        assert set(figures) == {"toy_chain", "toy_bag", "toy_chain6"}, method
+        assert all(f["n"] == 100 and 0 <= f["acc_t1"] <= 1 and f["median_len"] >= 1 for f in figures.values())
     table = (root / "compare" / "summary.md").read_text()
     by_method = table[table.index("| method"):].splitlines()
     assert [line.split("|")[1].strip() for line in by_method[2:2 + len(METHODS)]] == [f"toy_{m}" for m in METHODS]

@@ -2,7 +2,9 @@
 reuse) the toy assets and print their paths, fingerprint, weights hash and step-0 figures.
 
 ``--from-scratch`` runs the reasoning toy's warm-up instead of copying the packaged weights and says whether this
-machine reproduces them; ``--ship`` then writes the build into the package (for a changed recipe)."""
+machine reproduces them; ``--ship`` then writes the build into the package (for a changed recipe).
+``--figures CHECKPOINT`` measures a run's checkpoint (``<run>/checkpoints/global_step_N``) the way the build measures
+step 0: per data source, sampled and greedy accuracy, length, token entropy, cue use, empty replies, repair rate."""
 
 from __future__ import annotations
 
@@ -10,6 +12,26 @@ import argparse
 import json
 
 from .build import DEFAULT_TASK, TASKS, build_toy_assets, ship_weights, shipped_weights, summarize
+
+
+def print_checkpoint_figures(checkpoint: str, as_json: bool) -> dict:
+    import os
+
+    import torch
+
+    from . import reason
+    from .build import reason_step0_figures
+    from .model import load_checkpoint
+
+    actor = os.path.join(checkpoint, "actor") if os.path.isdir(os.path.join(checkpoint, "actor")) else checkpoint
+    model, tok = load_checkpoint(actor)
+    torch.set_num_threads(1)  # the build's figures are measured single-threaded too
+    figures = reason_step0_figures(model, tok, reason.split_problems())
+    for source, f in figures.items():
+        print(f"{source}: " + " ".join(f"{k}={v}" for k, v in f.items()))
+    if as_json:
+        print(json.dumps(figures))
+    return figures
 
 
 def main(argv=None) -> None:
@@ -20,8 +42,13 @@ def main(argv=None) -> None:
     ap.add_argument("--from-scratch", action="store_true",
                     help="warm the model up here instead of copying the packaged weights (implies --force)")
     ap.add_argument("--ship", action="store_true", help="with --from-scratch: write the weights into the package")
-    ap.add_argument("--json", action="store_true", help="print the stats manifest as JSON too")
+    ap.add_argument("--figures", metavar="CHECKPOINT", default=None,
+                    help="measure a reasoning-toy checkpoint (<run>/checkpoints/global_step_N) like the build's step 0")
+    ap.add_argument("--json", action="store_true", help="print the stats manifest (or the figures) as JSON too")
     args = ap.parse_args(argv)
+    if args.figures:
+        print_checkpoint_figures(args.figures, args.json)
+        return
     if args.ship and not args.from_scratch:
         ap.error("--ship needs --from-scratch")
     shipped = shipped_weights(args.task)

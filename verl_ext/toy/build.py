@@ -172,8 +172,8 @@ def reason_warmup_examples(split, seed: int = SEED) -> list[tuple[str, str, str]
 
 def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
     """Per data source, on the held-out prompts: sampled (T = 1) and greedy accuracy, median response length
-    (tokens, EOS included), mean token entropy (nats), the share of sampled replies that use the cue, and the repair
-    rate: accuracy of a T = 1 continuation after a wrong attempt + the cue."""
+    (tokens, EOS included), mean token entropy (nats), the shares of sampled replies that use the cue and that are
+    empty (EOS first), and the repair rate: accuracy of a T = 1 continuation after a wrong attempt + the cue."""
     import random
     import statistics
 
@@ -200,6 +200,7 @@ def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
             "median_len": statistics.median(o["n_tokens"] for o in sampled),
             "entropy": round(statistics.fmean(o["entropy"] for o in sampled), 4),
             "cue_rate": round(sum(_reason.CUE in o["text"] for o in sampled) / len(sampled), 4),
+            "empty_rate": round(sum(o["n_tokens"] <= 1 for o in sampled) / len(sampled), 4),  # EOS first
             "repair_t1": acc(repaired, wrong),
         }
     return figures

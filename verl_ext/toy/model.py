@@ -287,3 +287,26 @@ def sample_responses(model, tokenizer, prompts: list[str], max_new_tokens: int, 
         res.append({"text": tokenizer.decode(body, skip_special_tokens=True), "n_tokens": len(toks),
                     "entropy": float(ent_sum[i]) / max(1, len(toks))})
     return res
+
+
+def load_checkpoint(actor_dir: str):
+    """The policy of a one-rank verl FSDP checkpoint (``<run>/checkpoints/global_step_N/actor``) as an HF model.
+
+    Returns ``(model, tokenizer)``. Checkpoints of several ranks are refused: verl's model merger
+    (``python -m verl.model_merger merge``) turns those into an HF folder.
+    """
+    import os
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    shards = sorted(f for f in os.listdir(actor_dir) if f.startswith("model_world_size_"))
+    if shards != ["model_world_size_1_rank_0.pt"]:
+        raise ValueError(f"{actor_dir}: expected one rank's model_world_size_1_rank_0.pt, found {shards or 'none'}; "
+                         "merge a multi-rank checkpoint with `python -m verl.model_merger merge` first")
+    state = torch.load(os.path.join(actor_dir, shards[0]), map_location="cpu", weights_only=False)
+    state = {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}  # one-rank DTensors
+    hf_dir = os.path.join(actor_dir, "huggingface")
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(hf_dir))
+    model.load_state_dict(state, strict=True)
+    return model.eval(), AutoTokenizer.from_pretrained(hf_dir)
+
