@@ -90,6 +90,8 @@ class GepoConfig:
     warmup_steps: int = 0  # batches pooled before the thresholds are seeded (ema_init=warmup_pool only)
     threshold_source: str = "ema"  # ema (paper) | window: thresholds of the pooled last window_size batches
     window_size: int = 20  # batches of group-entropy moments each scope keeps (bounded running window)
+    # a resumed run whose checkpoint has no verl_ext_state.json stops; true: its thresholds start fresh instead
+    allow_fresh_history: bool = False
 
     def validate(self, prefix: str = "algorithm.gepo") -> GepoConfig:
         _unit_interval(f"{prefix}.alpha_low", self.alpha_low)
@@ -111,6 +113,8 @@ class GepoConfig:
                "must be an integer >= 1")
         _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, f"{prefix}.warmup_steps", self.warmup_steps,
                "must be an integer >= 0")
+        _check(isinstance(self.allow_fresh_history, bool), f"{prefix}.allow_fresh_history", self.allow_fresh_history,
+               "must be true or false")
         if self.ema_init == "warmup_pool":
             _check(self.warmup_steps >= 1, f"{prefix}.warmup_steps", self.warmup_steps,
                    f"must be >= 1 with {prefix}.ema_init=warmup_pool (the number of batches pooled before seeding)")

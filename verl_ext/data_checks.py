@@ -1,7 +1,8 @@
 """Start-up checks of a run's local data files: what verl_ext can tell from the parquet files before Ray starts.
 
 Only local ``.parquet`` files are read (remote paths and other formats are left to the rollout, where the same
-problems are counted and fail loudly: ``rollout/gec_agent_loop.py``); only the columns a check needs are read.
+problems are counted and fail loudly: ``rollout/gec_agent_loop.py``); only the fields a check needs are read, a
+row group at a time, and only where the file's schema leaves the answer open.
 ``verl_ext.run_checks.validate_run_config`` calls these.
 """
 
@@ -21,34 +22,56 @@ def _as_list(value: Any) -> list:
     return list(value)
 
 
-def _local_parquet_columns(files: Any, columns: tuple[str, ...]):
-    """(path, {column: values}) for each local parquet file, with those of ``columns`` it has (pyarrow reads only
-    them). Files that do not exist here (remote paths, data not written yet) and non-parquet files are skipped:
-    verl's own loader reports those, and what they hold shows at rollout (gec/errors)."""
+BATCH_ROWS = 1024  # rows read and converted to Python at a time, within a row group
+
+
+def _local_parquet_files(files: Any):
+    """(path as given, ``pyarrow.parquet.ParquetFile``) for each local parquet file. Files that do not exist here
+    (remote paths, data not written yet) and non-parquet files are skipped: verl's own loader reports those, and what
+    they hold shows at rollout (gec/errors)."""
     import os
 
     for path in _as_list(files):
         local = os.path.expanduser(str(path))
-        if not local.endswith(".parquet") or not os.path.isfile(local):
-            continue
-        import pyarrow.parquet as pq
+        if local.endswith(".parquet") and os.path.isfile(local):
+            import pyarrow.parquet as pq
 
-        names = pq.read_schema(local).names
-        present = [c for c in columns if c in names]
-        table = pq.read_table(local, columns=present)
-        yield str(path), {c: table.column(c).to_pylist() for c in present}, table.num_rows
+            yield str(path), pq.ParquetFile(local)
+
+
+def _column_path(parquet, field: str) -> str | None:
+    """What to read for a dotted ``field`` (``reward_model.ground_truth``): the field itself where the file has it
+    as a struct field, else its top-level column (whole), None without that column."""
+    leaves = [parquet.schema.column(i).path for i in range(parquet.metadata.num_columns)]
+    if any(leaf == field or leaf.startswith(field + ".") for leaf in leaves):
+        return field
+    top = field.split(".")[0]
+    return top if any(leaf == top or leaf.startswith(top + ".") for leaf in leaves) else None
+
+
+def _rows(parquet, fields: tuple[str, ...]):
+    """The file's rows as dicts of the top-level columns of ``fields`` (only those fields read), batch by batch;
+    nothing when the file lacks ``fields[0]``'s column (e.g. a dataset class that adds it itself)."""
+    columns = [_column_path(parquet, f) for f in fields]
+    if columns[0] is None:
+        return
+    tops = [f.split(".")[0] for f in fields]
+    wanted = list(dict.fromkeys(c for c in columns if c))
+    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=wanted, use_threads=False):
+        values = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+        for i in range(batch.num_rows):
+            yield {top: values[top][i] if top in values else None for top in tops}
 
 
 def data_agent_names(files: Any) -> dict[str, dict[Any, int]]:
     """Per local parquet file with an ``agent_name`` column: {agent name: row count}."""
     found: dict[str, dict[Any, int]] = {}
-    for path, cols, _ in _local_parquet_columns(files, ("agent_name",)):
-        if "agent_name" not in cols:
-            continue
+    for path, parquet in _local_parquet_files(files):
         counts: dict[Any, int] = {}
-        for name in cols["agent_name"]:
-            counts[name] = counts.get(name, 0) + 1
-        found[path] = counts
+        for row in _rows(parquet, ("agent_name",)):
+            counts[row["agent_name"]] = counts.get(row["agent_name"], 0) + 1
+        if counts:
+            found[path] = counts
     return found
 
 
@@ -62,39 +85,65 @@ def unknown_sampling_keys(extra_info: Any) -> list[str]:
 
 
 def has_ground_truth(reward_model: Any) -> bool:
-    """Whether a row's ``reward_model`` gives GEC an answer to inject (``rollout.gec.ground_truth_text``)."""
+    """Whether a row's ``reward_model`` gives GEC an answer to inject (``rollout.gec.ground_truth_text``, which takes
+    a list's first element): None, an empty list and an empty or blank string are missing."""
     gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model
-    return gt is not None
+    if isinstance(gt, (list, tuple)):
+        gt = gt[0] if gt else None
+    return gt is not None and str(gt).strip() != ""
 
 
-def _bad_rows(files: Any, columns: tuple[str, ...], bad) -> dict[str, tuple[int, int, int, Any]]:
-    """Per local parquet file that has ``columns[0]``: (rows for which ``bad(row) -> detail or None`` gives a
-    detail, total rows, first such row, its detail)."""
+def _struct_names(parquet, field: str) -> list[str] | None:
+    """The keys of the struct at dotted ``field`` in the file's schema; None where there is no struct there."""
+    import pyarrow as pa
+
+    node = parquet.schema_arrow
+    for part in field.split("."):
+        if not isinstance(node, pa.Schema) and not pa.types.is_struct(node):
+            return None
+        index = node.get_field_index(part)
+        if index < 0:
+            return None
+        node = node.field(index).type
+    return [node.field(i).name for i in range(node.num_fields)] if pa.types.is_struct(node) else None
+
+
+def may_set_unknown_sampling_keys(parquet) -> bool:
+    """Whether rows of the file can set a key ``gec_agent`` does not know: a parquet struct lists every key any row
+    sets in the schema, so only a struct with such a key needs its rows read (anything else is no dict per row)."""
+    names = _struct_names(parquet, "extra_info.sampling_params")
+    return bool(names) and any(name not in ROW_SAMPLING_KEYS for name in names)
+
+
+def _bad_rows(files: Any, fields: tuple[str, ...], bad, worth_reading=None) -> dict[str, tuple[int, int, int, Any]]:
+    """Per local parquet file that has ``fields[0]`` (and passes ``worth_reading(parquet)``): (rows for which
+    ``bad(row) -> detail or None`` gives a detail, total rows, first such row, its detail); only ``fields`` are read,
+    a row group at a time."""
     found = {}
-    for path, cols, num_rows in _local_parquet_columns(files, columns):
-        if columns[0] not in cols:  # e.g. a dataset class that adds the column itself
+    for path, parquet in _local_parquet_files(files):
+        if worth_reading is not None and not worth_reading(parquet):
             continue
         first, count, detail = None, 0, None
-        for i in range(num_rows):
-            d = bad({c: cols[c][i] if c in cols else None for c in columns})
+        for i, row in enumerate(_rows(parquet, fields)):
+            d = bad(row)
             if d is not None:
                 count += 1
                 if first is None:
                     first, detail = i, d
         if count:
-            found[path] = (count, num_rows, first, detail)
+            found[path] = (count, parquet.metadata.num_rows, first, detail)
     return found
 
 
 def check_gec_data(config: Any, gec: GecConfig) -> None:
     """What the rows of local parquet files hold that ``gec_agent`` would fail on only at rollout: unknown
-    ``extra_info.sampling_params`` keys (train and val files, GEC on or off) and, with GEC on, training rows without
-    a ground truth that can draw the answer injection."""
+    ``extra_info.sampling_params`` keys (train and val files, GEC on or off; read only where the schema shows one)
+    and, with GEC on, training rows without a ground truth that can draw the answer injection."""
     data = config_value(config, "data", {})
     for key in ("train_files", "val_files"):
         for path, (count, total, first, keys) in _bad_rows(
-                config_value(data, key, None), ("extra_info",),
-                lambda row: unknown_sampling_keys(row["extra_info"]) or None).items():
+                config_value(data, key, None), ("extra_info.sampling_params",),
+                lambda row: unknown_sampling_keys(row["extra_info"]) or None, may_set_unknown_sampling_keys).items():
             raise ConfigError(
                 f"data.{key} {path}: {count} of {total} rows set unknown extra_info.sampling_params key(s) (row "
                 f"{first}: {keys}); the {GEC_AGENT_NAME} loop knows {list(ROW_SAMPLING_KEYS)} (a typo would sample "
@@ -106,18 +155,19 @@ def check_gec_data(config: Any, gec: GecConfig) -> None:
     def no_ground_truth(row):
         if has_ground_truth(row["reward_model"]):
             return None
-        info = row["extra_info"]
+        info = row.get("extra_info")
         solution = info.get(gec.solution_key) if isinstance(info, dict) else None
         if drawable == "no_solution" and solution is not None and str(solution).strip():
             return None  # the solution branch uses the row's solution, never the answer
         return "no reward_model.ground_truth"
 
-    for path, (count, total, first, _) in _bad_rows(config_value(data, "train_files", None),
-                                                     ("reward_model", "extra_info"), no_ground_truth).items():
+    fields = ("reward_model.ground_truth", *((f"extra_info.{gec.solution_key}",) if drawable == "no_solution" else ()))
+    for path, (count, total, first, _) in _bad_rows(config_value(data, "train_files", None), fields,
+                                                     no_ground_truth).items():
         why = (f"algorithm.gec.p_answer={gec.p_answer}" if drawable == "all" else
                f"algorithm.gec.p_solution={gec.p_solution} falls back to the answer without extra_info."
                f"{gec.solution_key}")
         raise ConfigError(
-            f"data.train_files {path}: {count} of {total} rows (first: row {first}) have no reward_model.ground_truth, "
-            f"and GEC's answer injection can be drawn for them ({why}); give every row a ground truth, set "
-            "algorithm.gec.p_answer=0 (and p_solution=0 or a solution per row), or algorithm.gec.enable=false")
+            f"data.train_files {path}: {count} of {total} rows (first: row {first}) have no reward_model.ground_truth "
+            f"(missing, empty or blank), and GEC's answer injection can be drawn for them ({why}); give every row a "
+            "ground truth, set algorithm.gec.p_answer=0 (and p_solution=0 or a solution per row), or algorithm.gec.enable=false")

@@ -11,10 +11,15 @@ so it looks exactly as it would without the hook. Every other import passes thro
 already imported has its hooks run at once. An ``around`` hook runs in place of the module's execution and executes
 it itself (``verl_ext.cpu.vllm_cpu`` changes a function only while a module body runs).
 
-A hook that raises is loud where it fires: it is logged at ERROR and re-raised as :class:`PluginHookError` naming
-what was being registered, the verl module, and the cause, out of the import statement that triggered it (which
-then fails, as a broken import would). It is not an ``ImportError``, so ``try: import ... except ImportError``
-around an optional import does not swallow it.
+A hook that raises never breaks the import that fired it (installing verl_ext must not break verl's own imports):
+the failure is logged at ERROR, naming what was being registered, the verl module and the cause, and kept
+(:func:`hook_failures`); the registration is then missing in that process, and verl_ext's entry points and trainers
+raise it as :class:`PluginHookError` at start-up (:func:`raise_hook_failures`). An ``around`` hook is the exception:
+it runs the module's code itself, so its failure is re-raised out of the import as a broken import would be.
+
+A registration whose verl_ext module imports the watched verl module at its top finds that module half-executed
+when the import started there (:func:`module_initializing`); such a registration is left to the module's own body
+(a decorator), so every module imports first in a fresh process.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 
@@ -32,6 +38,7 @@ AroundHook = Callable[[Callable[[ModuleType], None], ModuleType], None]
 
 # module name -> [(what the hook does, hook, runs around the module's execution)], in registration order
 _HOOKS: dict[str, list[tuple[str, Callable, bool]]] = {}
+_FAILURES: list[str] = []  # messages of the hooks that failed in this process, in order
 
 
 class PluginHookError(RuntimeError):
@@ -61,6 +68,24 @@ def when_imported(module_name: str, what: str, hook: Hook | AroundHook, *, aroun
         _run_hook(module_name, what, hook, around, module, lambda m: None)
 
 
+def module_initializing(name: str) -> bool:
+    """True while module ``name`` is being executed by an import in progress (in ``sys.modules``, half-run)."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    return module is not None and bool(getattr(spec, "_initializing", False))
+
+
+def hook_failures() -> list[str]:
+    """The messages of the registrations that failed in this process (each logged at ERROR where it fired)."""
+    return list(_FAILURES)
+
+
+def raise_hook_failures() -> None:
+    """Raise :class:`PluginHookError` with every registration that failed in this process, if any."""
+    if _FAILURES:
+        raise PluginHookError("; ".join(_FAILURES))
+
+
 def watched() -> dict[str, list[str]]:
     """What is hooked: module name -> what its hooks do."""
     return {name: [what for what, _, _ in hooks] for name, hooks in _HOOKS.items()}
@@ -88,8 +113,11 @@ def _run_hook(module_name: str, what: str, hook: Callable, around: bool, module:
         message = (f"verl_ext could not {what} when {module_name} was imported: {type(e).__name__}: {e} "
                    "(a verl_ext plugin hook, verl_ext/plugin.py; VERL_USE_EXTERNAL_PLUGINS=none runs verl "
                    "without verl_ext)")
-        logger.error(message)  # also where a caller swallows the exception
-        raise PluginHookError(message) from e
+        logger.error(message)
+        if around:  # the module's code may not have run: the import fails, as a broken import would
+            raise PluginHookError(message) from e
+        if message not in _FAILURES:
+            _FAILURES.append(message)
 
 
 def _execute(module: ModuleType, exec_module: Callable[[ModuleType], None]) -> None:
@@ -138,12 +166,19 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for a watched name, wraps the loader of the spec the other finders return."""
 
     def __init__(self):
-        self._searching: set[str] = set()  # names being looked up (the import lock serialises each name)
+        self._local = threading.local()  # per thread: the names this thread is looking up
+
+    def _searching(self) -> set[str]:
+        names = getattr(self._local, "names", None)
+        if names is None:
+            names = self._local.names = set()
+        return names
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _HOOKS or fullname in self._searching:
+        searching = self._searching()
+        if fullname not in _HOOKS or fullname in searching:
             return None
-        self._searching.add(fullname)
+        searching.add(fullname)
         try:
             spec = None
             for finder in sys.meta_path:
@@ -154,7 +189,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
                 if spec is not None:
                     break
         finally:
-            self._searching.discard(fullname)
+            searching.discard(fullname)
         if spec is None or spec.loader is None:
             return spec
         if not hasattr(spec.loader, "exec_module"):  # a legacy loader: nothing to wrap
@@ -171,4 +206,5 @@ def _install_finder() -> None:
         sys.meta_path.insert(0, _PostImportFinder())
 
 
-__all__ = ["PluginHookError", "watched", "when_imported"]
+__all__ = ["PluginHookError", "hook_failures", "module_initializing", "raise_hook_failures", "watched",
+           "when_imported"]

@@ -4,18 +4,19 @@ EDGE-GRPO's runs use Hugging Face's linear schedule (lr -> 0 over the run, no wa
 verl 0.9.1's FSDP optimizer config accepts only ``constant`` and ``cosine`` (``FSDPOptimizerConfig.__post_init__``
 asserts it, ``FSDPEngine._build_lr_scheduler`` raises for anything else; Megatron has ``linear`` already).
 :func:`install` (run by ``verl_ext.plugin`` in every process that imports ``verl.workers.config.optimizer``, right
-after it) adds ``linear`` and leaves every other value to verl:
+after it) adds ``linear`` and changes nothing for any other value:
 
-* ``FSDPOptimizerConfig.__post_init__`` accepts ``linear``;
-* the first time such a config is built in a process -- in a worker that is before its engine builds the
-  scheduler -- ``FSDPEngine._build_lr_scheduler`` is wrapped to build :func:`linear_lr_factor` for it. The engine
-  module is imported only then, so processes that never see ``linear`` pay nothing.
+* ``FSDPOptimizerConfig.__post_init__`` is wrapped: for any value but ``linear`` it is verl's own, called as is;
+  for ``linear`` it runs verl's checks with ``constant`` in its place, then puts ``linear`` back;
+* only when a ``linear`` config is built -- in a worker that is before its engine builds the scheduler --
+  ``FSDPEngine._build_lr_scheduler`` is wrapped to build :func:`linear_lr_factor` for it, and only for such a
+  config. The engine module is imported only then (never from the hook, where it may be mid-import), so a process
+  that never sees ``linear`` has verl's engine untouched.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 
 LINEAR = "linear"
 _ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
@@ -95,5 +96,3 @@ def install() -> None:
 
     __post_init__._verl_ext_linear = True
     FSDPOptimizerConfig.__post_init__ = __post_init__
-    if _ENGINE_MODULE in sys.modules:  # already loaded (e.g. imported before the plugin ran): patch it now
-        _patch_engine()

@@ -12,20 +12,31 @@ So a process that never computes an advantage or runs an agent loop pays for non
 does still has them, without the user importing verl_ext. CPU mode comes first and only with ``VERL_PLATFORM=cpu``
 (``verl_ext.cpu``), before verl resolves a device.
 
-Failures are loud where they happen: a registration that fails raises ``PluginHookError`` (cause named) out of the
-import that fired it, and logs it at ERROR. verl itself swallows plugin import errors (logged at DEBUG only), so a
-failure of this module's own body is logged at ERROR here before verl sees it; ``verl_ext.main`` also imports this
-module itself, which makes such a failure fatal there.
+Installing verl_ext never breaks verl's own imports: a registration that fails is logged at ERROR (cause named)
+where it fires and kept; the registration is then missing in that process, and ``verl_ext.main`` and verl_ext's
+trainers stop with ``PluginHookError`` at start-up (``verl_ext.verl_compat.check_plugin_hooks``). The checks of
+the verl internals a registered piece relies on run when that piece starts (the ``gec_agent`` loop when it is first
+built, the trainers when they start), not in the hooks. verl itself swallows plugin import errors (logged at DEBUG
+only), so a failure of this module's own body is logged at ERROR here before verl sees it; ``verl_ext.main`` also
+imports this module itself, which makes such a failure fatal there.
+
+Every module imports first in a fresh process: when the import started in the verl_ext module a hook would load
+(``import verl_ext.algos.registry`` imports ``core_algos``, whose hook would import the half-run registry), the hook
+leaves the registration to that module's own decorators (``import_hooks.module_initializing``).
 """
 
 import logging
 
-from verl_ext.import_hooks import PluginHookError, when_imported
+from verl_ext.import_hooks import PluginHookError, module_initializing, when_imported
 
 _logger = logging.getLogger(__name__)
+_REGISTRY_MODULE = "verl_ext.algos.registry"
+_GEC_AGENT_MODULE = "verl_ext.rollout.gec_agent_loop"
 
 
 def _register_estimators(core_algos) -> None:
+    if module_initializing(_REGISTRY_MODULE):  # its import brought core_algos in: its decorators register both
+        return
     # importing the module registers both (@register_adv_est); registering again below is a no-op for them
     from verl_ext.algos import registry
 
@@ -35,6 +46,8 @@ def _register_estimators(core_algos) -> None:
 
 
 def _register_gec_agent(agent_loop_package) -> None:
+    if module_initializing(_GEC_AGENT_MODULE):  # its import brought the package in: its @register registers it
+        return
     import importlib
 
     from verl_ext.names import GEC_AGENT_NAME

@@ -165,7 +165,31 @@ def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
             "run would silently train on unfiltered groups; set trainer.use_v1=true")
 
 
-FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer,)
+ROLLOUT_ROUTING_KEY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+ROUTER_REPLAY_MODE_KEYS = tuple(f"actor_rollout_ref.actor.{engine}.router_replay.mode" for engine in ("megatron", "veomni"))
+
+
+def rollout_router_replay_settings(config: Any) -> list[str]:
+    """The settings of this run that turn on verl's rollout router replay (R3), as ``key=value``."""
+    found = [f"{ROLLOUT_ROUTING_KEY}=true"] if config_value(config, ROLLOUT_ROUTING_KEY, False) else []
+    return found + [f"{key}=R3" for key in ROUTER_REPLAY_MODE_KEYS if config_value(config, key, None) == "R3"]
+
+
+def check_gec_router_replay(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """GEC's injected tokens carry no rollout routing (a reflection's can be incomplete too); verl zero-fills the
+    rows and R3 replays every row but the last, so those tokens would all go to expert 0."""
+    settings = rollout_router_replay_settings(config)
+    if ext.gec.enable and settings:
+        raise ConfigError(
+            f"algorithm.gec.enable=true cannot be combined with {', '.join(settings)} (MoE rollout router replay, "
+            f"R3): the answer template, reference solution and EOS GEC injects were never routed by the rollout "
+            f"engine (nor is a reflection's cue when no continuation fits, and a first response cut without EOS "
+            f"shifts the continuation's routes by one), verl fills the missing routes with zeros and R3 replays them, "
+            f"so the log-prob and update passes would send those tokens to expert 0 in every top-k slot; turn R3 off "
+            f"({ROLLOUT_ROUTING_KEY}=false and router_replay.mode=disabled or R2) or set algorithm.gec.enable=false")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

@@ -321,11 +321,14 @@ def check_file_logger() -> None:
 
 def check_plugin_hooks() -> None:
     """The verl modules ``verl_ext.plugin`` registers on (``verl_ext.import_hooks``): each must exist, or its
-    registration would never run (verl would then report an unknown estimator or agent loop)."""
+    registration would never run (verl would then report an unknown estimator or agent loop); and none that ran in
+    this process may have failed (a failure is logged where it fired, never raised out of verl's import: raised
+    here, as ``PluginHookError``)."""
     from importlib.util import find_spec
 
-    from verl_ext.import_hooks import watched
+    from verl_ext.import_hooks import raise_hook_failures, watched
 
+    raise_hook_failures()
     for name, whats in watched().items():
         try:
             found = find_spec(name) is not None
@@ -342,3 +345,46 @@ def check_trainers(use_v1: bool) -> None:
         check_legacy_trainer()
     check_file_logger()
     check_plugin_hooks()
+
+
+def check_v1_step_metrics() -> None:
+    """``parameter_sync_step > 1``: ``verl_ext.trainer.v1.step_metrics_aggregator``, the subclass of verl's
+    ``MetricsAggregator`` that ``PPOTrainer.step`` is given, picks how verl_ext's metrics fold over the mini-batches."""
+    trainer_base = require_module("verl.trainer.ppo.v1.trainer_base")
+    require_attrs(trainer_base, "MetricsAggregator")
+    require_uses(trainer_base.PPOTrainer.step, ("MetricsAggregator", "add_step_metrics", "get_aggregated_metrics"),
+                 "PPOTrainer.step", "verl_ext hands step its aggregator, which sums verl_ext's counts")
+    aggregator = trainer_base.MetricsAggregator
+    require_attrs(aggregator, "_get_aggregation_type", "_aggregate_single_metric")
+    require_uses(aggregator._aggregate_single_metric, ("_get_aggregation_type", "sum", "last"),
+                 "MetricsAggregator._aggregate_single_metric")
+
+
+@functools.lru_cache(maxsize=1)
+def check_v1_multi_output() -> None:
+    """Several outputs per sample: ``verl_ext.trainer.advantage.on_final_outputs`` gives verl_ext's estimators the
+    rule verl's ``compute_advantage_for_multi_trajectories`` applies to GRPO; both run GRPO on a small batch here."""
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+
+    from verl_ext.trainer.advantage import on_final_outputs
+
+    utils = require_module("verl.trainer.ppo.v1.utils")
+    require_attrs(utils, "compute_advantage_for_multi_trajectories", "compute_advantage")
+    keys = ["a_0_1", "a_0_0", "a_1_0", "a_2_0", "b_0_0", "b_1_2", "b_1_0", "b_1_1", "b_2_0"]
+    rewards = torch.zeros(len(keys), 3)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    mask = torch.ones(len(keys), 3, dtype=torch.int64)
+    mask[[1, 6], 2] = 0
+
+    def batch():
+        return DataProto.from_dict(tensors={"token_level_rewards": rewards.clone(), "response_mask": mask.clone()},
+                                   non_tensors={"uid": [k.split("_")[0] for k in keys]})
+
+    theirs = utils.compute_advantage_for_multi_trajectories(batch(), keys, AdvantageEstimator.GRPO)
+    ours = on_final_outputs(batch(), keys, None,
+                            lambda data, rows: utils.compute_advantage(data, AdvantageEstimator.GRPO))
+    require(torch.allclose(theirs.batch["advantages"], ours.batch["advantages"]),
+            "compute_advantage_for_multi_trajectories keeping each {uid}_{session}'s last output and copying its "
+            "advantage to the others", "verl_ext applies that rule to edge_grpo/gepo")

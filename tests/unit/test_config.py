@@ -294,3 +294,25 @@ def test_files_without_the_column_are_left_to_the_loader(tmp_path):
     path = str(tmp_path / "prompts_only.parquet")
     pq.write_table(pa.table({"prompt": ["q1", "q2"]}), path)
     validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", f"data.train_files={path}"]))
+
+
+R3_SETTINGS = [
+    (["actor_rollout_ref.rollout.enable_rollout_routing_replay=true"],
+     r"actor_rollout_ref\.rollout\.enable_rollout_routing_replay=true"),
+    (["+actor_rollout_ref.actor.megatron.router_replay.mode=R3"],
+     r"actor_rollout_ref\.actor\.megatron\.router_replay\.mode=R3"),
+    (["+actor_rollout_ref.actor.veomni.router_replay.mode=R3"],
+     r"actor_rollout_ref\.actor\.veomni\.router_replay\.mode=R3"),
+]
+
+
+@pytest.mark.parametrize("r3, named", R3_SETTINGS)
+@pytest.mark.parametrize("mode", [[], ["algorithm.gec.mode=force_reflect"]])
+def test_gec_with_rollout_router_replay_is_refused_at_start_up(r3, named, mode):
+    """Injected answer/solution tokens carry no routing (and a reflection's can be incomplete): verl zero-fills it and
+    R3 replays expert 0 for them."""
+    with pytest.raises(ConfigError, match=rf"algorithm\.gec\.enable=true cannot be combined with {named}"):
+        validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", *mode, *r3]))
+    validate_run_config(_compose("verl_ext", r3))  # GEC off: verl's business
+    validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true",
+                                              "+actor_rollout_ref.actor.megatron.router_replay.mode=R2"]))

@@ -178,3 +178,91 @@ def test_eval_suite_record_without_answer(tmp_path, capsys):
     src = write(tmp_path / "amc.json", [{"problem": "p", "solution": "no box"}], "json")
     assert eval_suites.main(["--suite", f"amc={src}", "--output", str(tmp_path / "o")]) == 2
     assert "amc: record 0 has no answer" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- start-up checks of local data (verl_ext.data_checks)
+
+
+def _gec(**kw):
+    from verl_ext.config import GecConfig
+
+    return GecConfig(enable=True, **kw).validate()
+
+
+def _verl_parquet(path, ground_truths, row_group_size=None):
+    """Rows as verl_ext.data writes them (chat prompt, reward_model struct, extra_info struct with a solution)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_ext.data.common import verl_row
+
+    rows = [verl_row("math", f"q{i}", "5", "train", i, extra={"solution": None}) for i in range(len(ground_truths))]
+    for row, gt in zip(rows, ground_truths):
+        row["reward_model"]["ground_truth"] = gt
+    pq.write_table(pa.Table.from_pylist(rows), str(path), row_group_size=row_group_size)
+    return str(path)
+
+
+@pytest.mark.parametrize("empty", ["", "  ", None])
+def test_an_empty_ground_truth_is_missing(tmp_path, empty):
+    from verl_ext.config import ConfigError
+    from verl_ext.data_checks import check_gec_data, has_ground_truth
+
+    assert not has_ground_truth({"ground_truth": empty}) and not has_ground_truth({"ground_truth": []})
+    assert not has_ground_truth({"ground_truth": [""]})  # GEC injects the first element
+    assert all(has_ground_truth({"ground_truth": gt}) for gt in ("5", 0, 0.0, ["5"], ["5", ""]))
+    path = _verl_parquet(tmp_path / "t.parquet", ["5", empty, "7"])
+    with pytest.raises(ConfigError, match=r"t\.parquet: 1 of 3 rows \(first: row 1\) have no reward_model\."):
+        check_gec_data({"data": {"train_files": [path]}}, _gec())
+
+
+def test_data_checks_read_by_row_groups_only_the_needed_fields(tmp_path, monkeypatch):
+    """No whole-column read: the rows stream a row group at a time; the row number counts across row groups."""
+    import pyarrow.parquet as pq
+
+    from verl_ext.config import ConfigError
+    from verl_ext.data_checks import check_gec_data
+
+    path = _verl_parquet(tmp_path / "t.parquet", ["5"] * 250 + [""] + ["5"] * 49, row_group_size=100)
+    assert pq.ParquetFile(path).num_row_groups == 3
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("read a whole table"))
+    read = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def recording(self, *args, columns=None, **kwargs):
+        read.append(list(columns))
+        return iter_batches(self, *args, columns=columns, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recording)
+    with pytest.raises(ConfigError, match=r"1 of 300 rows \(first: row 250\)"):
+        check_gec_data({"data": {"train_files": [path]}}, _gec())
+    assert read == [["reward_model.ground_truth"]]  # p_answer > 0: the solution is not needed
+
+
+def test_with_gec_off_the_data_checks_read_no_rows(tmp_path, monkeypatch):
+    """GEC off (the gec_agent loop still applies a row's sampling_params): what a parquet struct's schema shows
+    settles it; rows are read only when the schema has an unknown sampling key."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_ext.config import ConfigError, GecConfig
+    from verl_ext.data_checks import check_gec_data
+
+    plain = _verl_parquet(tmp_path / "plain.parquet", ["5", ""])
+    rows = [{"prompt": "q", "extra_info": {"sampling_params": {"temperature": 0.5, "temprature": None}}},
+            {"prompt": "q", "extra_info": {"sampling_params": {"temperature": None, "temprature": 0.0}}}]
+    typo = str(tmp_path / "typo.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), typo)
+    known = str(tmp_path / "known.parquet")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "q", "extra_info": {"sampling_params": {"top_p": 0.9}}}]), known)
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("read a whole table"))
+    read = []
+    iter_batches = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches",
+                        lambda self, *a, columns=None, **k: read.append(columns) or iter_batches(
+                            self, *a, columns=columns, **k))
+    check_gec_data({"data": {"train_files": [plain, known], "val_files": [plain, known]}}, GecConfig())
+    assert read == []
+    with pytest.raises(ConfigError, match=r"typo\.parquet: 1 of 2 rows set unknown .*\(row 1: \['temprature'\]\)"):
+        check_gec_data({"data": {"val_files": [typo]}}, GecConfig())
+    assert read == [["extra_info.sampling_params"]]

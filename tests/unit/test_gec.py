@@ -237,6 +237,13 @@ def test_choose_branch_gate_and_fallback():
     assert gec.reference_solution({"solution": "  "}, "solution") is None
     assert gec.reference_solution({}, "solution") is None
     assert gec.ground_truth_text({"ground_truth": ["7", "8"]}) == "7"
+    assert gec.ground_truth_text({"ground_truth": 0}) == "0"
+
+
+@pytest.mark.parametrize("gt", ["", "  ", [], [""], None, np.array([], dtype=object)])
+def test_an_empty_ground_truth_is_no_answer_to_inject(gt):
+    with pytest.raises(ValueError, match="needs reward_model.ground_truth"):
+        gec.ground_truth_text({"ground_truth": gt})
 
 
 def test_is_training_rollout():
@@ -276,7 +283,53 @@ def test_correct_response_untouched(tok, reward_path, verl_loop):
     assert out.response_ids == ids(tok, FIRST_RIGHT) + [tok.eos_token_id]
     assert out.extra_fields["gec_branch"] == "none" and out.extra_fields["gec_score_before"] == 1.0
     assert out.extra_fields["gec_correct_before"] is True
-    assert out.reward_score is None and len(server.calls) == 1
+    assert len(server.calls) == 1
+    # its first score is final: set here, so verl's reward loop does not score it a second time
+    assert out.reward_score == 1.0 and out.extra_fields["reward_extra_info"] == {"acc": 1.0}
+
+
+def test_with_a_reward_model_verl_scores_even_an_unedited_response(tok, reward_path, verl_loop):
+    config = make_config(reward_path)
+    config.reward.reward_model.enable = True  # verl's reward loop may then score otherwise than GEC's manager
+    out = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
+    assert out.extra_fields["gec_branch"] == "none" and out.reward_score is None
+    assert "reward_extra_info" not in out.extra_fields
+
+
+def test_verl_scores_only_the_edited_responses_and_every_row_gets_the_same_reward_columns(tok, reward_path,
+                                                                                          verl_loop):
+    """verl's own AgentLoopWorker._compute_score and _postprocess with a reward-loop handle (no reward model)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    from verl_ext.rollout.gec_agent_loop import reward_manager_of
+
+    config = make_config(reward_path, reward_name="one_plus_acc_dict", p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    kept = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
+    edited = run_loop(tok, config, FakeServer(tok))
+    assert kept.extra_fields["gec_branch"] == "none", kept.extra_fields
+    assert kept.reward_score == 2.0 and edited.reward_score is None
+    scored = []
+
+    async def compute_score(data):  # what RewardLoopWorker.compute_score does without a reward model
+        scored.append(tok.decode(data.batch["responses"][0]))
+        return await reward_manager_of(config, tok).run_single(data)
+
+    fake = types.SimpleNamespace(rollout_config=config.actor_rollout_ref.rollout, tokenizer=tok, processor=None,
+                                 mm_processor_kwargs={}, distillation_enabled=False,
+                                 reward_loop_worker_handles=[types.SimpleNamespace(
+                                     compute_score=types.SimpleNamespace(remote=compute_score))])
+    for name in ("_pad_token_ids", "_compute_multi_modal_inputs", "_compute_position_ids", "_compute_score",
+                 "_compute_teacher_logprobs", "_get_mm_processor_kwargs", "_agent_loop_postprocess", "_postprocess"):
+        setattr(fake, name, types.MethodType(getattr(AgentLoopWorker, name), fake))
+
+    async def go():
+        outs = [await fake._agent_loop_postprocess(o, False, **sample()) for o in (kept, edited)]
+        return fake._postprocess(outs)
+
+    data = asyncio.run(go())
+    assert len(scored) == 1 and "boxed{5}" in scored[0]  # only the edited response, once
+    assert data.batch["rm_scores"].sum(-1).tolist() == [2.0, 2.0]  # the injected answer is right
+    assert list(data.non_tensor_batch["acc"]) == [1.0, 1.0]  # the reward's extra info, from both paths
 
 
 def test_reflect_branch_token_exact(tok, reward_path, verl_loop):

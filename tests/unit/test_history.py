@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
@@ -13,6 +14,7 @@ from tests.unit.helpers import outcome_batch, uids
 from verl_ext import GroupEntropyHistory
 from verl_ext.algos.history import EntropyMoments, ThresholdRule
 from verl_ext.config import ConfigError, load_algorithm_config
+from verl_ext.trainer.mixin import ExtTrainerMixin
 
 gepo = get_adv_estimator_fn("gepo")
 grpo = get_adv_estimator_fn("grpo")
@@ -173,3 +175,53 @@ def test_history_options_are_validated(node, message):
 def test_moments_reject_nonfinite_input():
     with pytest.raises(ValueError, match="empty or not finite"):
         GroupEntropyHistory().update("global", EntropyMoments(1, math.nan, 0.0), ThresholdRule())
+
+
+class ResumingTrainer(ExtTrainerMixin):
+    """The trainer glue of a run resumed at ``step`` (verl's checkpoint loading itself left out)."""
+
+    def __init__(self, root, step, estimator="gepo", **gepo):
+        self.config = OmegaConf.create({
+            "algorithm": {"adv_estimator": estimator, "gepo": gepo},
+            "trainer": {"default_local_dir": str(root), "resume_mode": "auto", "resume_from_path": None}})
+        self.global_steps = step
+
+
+def test_gepo_resumed_without_its_history_stops_unless_told_to_start_fresh(tmp_path, caplog):
+    (tmp_path / "global_step_4").mkdir()  # verl's checkpoint without verl_ext_state.json
+    with pytest.raises(RuntimeError, match=r"verl_ext_state\.json.*algorithm\.gepo\.allow_fresh_history=true"):
+        ResumingTrainer(tmp_path, 4)._ext_load_state()
+    fresh = ResumingTrainer(tmp_path, 4, allow_fresh_history=True)
+    with caplog.at_level("WARNING", logger="verl_ext.trainer.history_checkpoint"):
+        fresh._ext_load_state()
+    assert len(fresh.entropy_history) == 0 and "allow_fresh_history" in caplog.text
+    ResumingTrainer(tmp_path, 4, "grpo")._ext_load_state()  # no GEPO: no history to lose
+    ResumingTrainer(tmp_path, 0)._ext_load_state()  # training from scratch
+
+
+def test_restored_history_is_logged_not_printed(tmp_path, capsys, caplog):
+    trainer = ResumingTrainer(tmp_path, 2)
+    trainer.entropy_history.update("global", EntropyMoments.of([0.4, 0.9]), ThresholdRule())
+    trainer._ext_save_state()
+    resumed = ResumingTrainer(tmp_path, 2)
+    with caplog.at_level("INFO", logger="verl_ext.trainer.history_checkpoint"):
+        resumed._ext_load_state()
+    assert resumed.entropy_history.state_dict() == trainer.entropy_history.state_dict()
+    assert capsys.readouterr().out == ""
+    (line,) = [r.getMessage() for r in caplog.records if "[verl_ext] restored entropy history" in r.getMessage()]
+    assert json.loads(line.split(": ", 1)[1]) == trainer.entropy_history.state_dict()  # what the e2e tests read
+
+
+def test_allow_fresh_history_is_validated():
+    assert load_algorithm_config({"gepo": {"allow_fresh_history": True}}).gepo.allow_fresh_history is True
+    with pytest.raises(ConfigError, match=r"algorithm\.gepo\.allow_fresh_history='yes' is invalid: must be true or"):
+        load_algorithm_config({"gepo": {"allow_fresh_history": "yes"}})
+
+
+def test_trainer_glue_logs_through_logging_not_print():
+    import inspect
+
+    from verl_ext.trainer import history_checkpoint, mixin
+
+    for module in (mixin, history_checkpoint):
+        assert "print(" not in inspect.getsource(module), module.__name__

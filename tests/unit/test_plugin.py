@@ -71,18 +71,25 @@ print("PROBE " + json.dumps(out))
 _HOOK_FAILURE = r"""
 import importlib, json, sys
 import verl
-errors = {}
+from verl_ext import import_hooks
+out = {"imports": {}}
 for broken, target in (("verl_ext.algos.registry", "verl.trainer.ppo.core_algos"),
                        ("verl_ext.rollout.gec_agent_loop", "verl.experimental.agent_loop")):
     sys.modules[broken] = None
     try:
         importlib.import_module(target)
-        errors[target] = None
+        out["imports"][target] = None
     except Exception as e:
-        errors[target] = {"type": type(e).__name__, "message": str(e), "import_error": isinstance(e, ImportError),
-                          "cause": type(e.__cause__).__name__}
+        out["imports"][target] = f"{type(e).__name__}: {e}"
     del sys.modules[broken]  # repaired: the next target's import (it imports core_algos again) gets that far
-print("PROBE " + json.dumps(errors))
+out["failures"] = import_hooks.hook_failures()
+from verl_ext.verl_compat import check_plugin_hooks
+try:
+    check_plugin_hooks()  # what verl_ext.main and the trainers run at start-up
+    out["start_up"] = None
+except Exception as e:
+    out["start_up"] = {"type": type(e).__name__, "message": str(e), "import_error": isinstance(e, ImportError)}
+print("PROBE " + json.dumps(out))
 """
 
 # the plugin's own body failing (CPU mode cannot start): verl catches plugin errors and logs them at DEBUG
@@ -156,17 +163,18 @@ def test_a_ray_worker_has_every_registration(ray_run):
     _assert_registered(out)
 
 
-def test_a_failing_registration_fails_the_import_that_fired_it(runs):
-    errors, stderr = runs["hook_failure"]
-    for target, what in (("verl.trainer.ppo.core_algos", "register the edge_grpo and gepo advantage estimators"),
-                         ("verl.experimental.agent_loop", "register the gec_agent agent loop")):
-        error = errors[target]
-        assert error is not None, f"importing {target} succeeded with its registration broken"
-        assert error["type"] == "PluginHookError" and not error["import_error"]  # no `except ImportError` hides it
-        assert error["cause"] == "ModuleNotFoundError"
-        assert error["message"].startswith(f"verl_ext could not {what} when {target} was imported: "
-                                           "ModuleNotFoundError: ")
-        assert error["message"] in stderr  # logged at ERROR too, where it fired
+def test_a_failing_registration_never_breaks_verls_import_and_stops_verl_ext_at_start_up(runs):
+    out, stderr = runs["hook_failure"]
+    assert out["imports"] == {"verl.trainer.ppo.core_algos": None, "verl.experimental.agent_loop": None}
+    assert len(out["failures"]) == 2
+    start_up = out["start_up"]
+    assert start_up is not None and start_up["type"] == "PluginHookError" and not start_up["import_error"]
+    for (target, what), message in zip(
+            (("verl.trainer.ppo.core_algos", "register the edge_grpo and gepo advantage estimators"),
+             ("verl.experimental.agent_loop", "register the gec_agent agent loop")), out["failures"], strict=True):
+        assert message.startswith(f"verl_ext could not {what} when {target} was imported: ModuleNotFoundError: ")
+        assert message in stderr  # logged at ERROR where it fired
+        assert message in start_up["message"]
 
 
 def test_a_failing_plugin_is_logged_although_verl_swallows_it(runs):
@@ -188,6 +196,7 @@ def fresh_module(tmp_path, monkeypatch):
     (pkg / "mod.py").write_text("VALUE = 41 + 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(import_hooks, "_HOOKS", {k: list(v) for k, v in import_hooks._HOOKS.items()})
+    monkeypatch.setattr(import_hooks, "_FAILURES", [])
     importlib.invalidate_caches()
     yield "hookprobe_pkg.mod"
     for name in ("hookprobe_pkg.mod", "hookprobe_pkg"):
@@ -219,10 +228,91 @@ def test_a_failing_hook_is_loud_and_names_the_cause(fresh_module, caplog):
         raise ValueError("the registry moved")
 
     when_imported(fresh_module, "register the probe", hook)
-    with caplog.at_level(logging.ERROR, logger="verl_ext.import_hooks"), pytest.raises(PluginHookError) as e:
-        importlib.import_module(fresh_module)
+    with caplog.at_level(logging.ERROR, logger="verl_ext.import_hooks"):
+        module = importlib.import_module(fresh_module)  # the import itself goes through
+    assert module.VALUE == 42 and sys.modules[fresh_module] is module
     message = f"verl_ext could not register the probe when {fresh_module} was imported: ValueError: the registry moved"
-    assert str(e.value).startswith(message) and isinstance(e.value.__cause__, ValueError)
-    assert not isinstance(e.value, ImportError)
     assert any(r.levelno == logging.ERROR and r.getMessage().startswith(message) for r in caplog.records)
-    assert fresh_module not in sys.modules  # a failed import, as any failing module import
+    assert [m for m in import_hooks.hook_failures() if m.startswith(message)]
+    with pytest.raises(PluginHookError) as e:  # at start-up (verl_compat.check_plugin_hooks)
+        import_hooks.raise_hook_failures()
+    assert message in str(e.value) and not isinstance(e.value, ImportError)
+
+
+def test_an_around_hook_that_fails_fails_the_import(fresh_module):
+    def hook(exec_module, module):
+        raise ValueError("cannot patch")
+
+    when_imported(fresh_module, "patch the probe", hook, around=True)
+    with pytest.raises(PluginHookError, match="cannot patch"):
+        importlib.import_module(fresh_module)
+    assert fresh_module not in sys.modules  # its code never ran: a failed import
+
+
+def test_the_finders_lookup_guard_is_per_thread(fresh_module):
+    """A thread looking up a watched name must not make another thread's import of it skip the hook."""
+    import threading
+
+    finder = next(f for f in sys.meta_path if isinstance(f, import_hooks._PostImportFinder))
+    seen = []
+    when_imported(fresh_module, "probe", lambda m: seen.append(m))
+    path = importlib.import_module(fresh_module.rpartition(".")[0]).__path__
+    finder._searching().add(fresh_module)  # this thread is mid-lookup of the name
+    try:
+        specs = []
+        thread = threading.Thread(target=lambda: specs.append(finder.find_spec(fresh_module, path)))
+        thread.start()
+        thread.join(timeout=30)
+        assert specs and isinstance(specs[0].loader, import_hooks._HookedLoader)  # the other thread's is hooked
+        assert finder.find_spec(fresh_module, path) is None  # this thread's own nested lookup passes through
+    finally:
+        finder._searching().discard(fresh_module)
+
+
+def test_module_initializing_is_true_only_while_the_module_body_runs(tmp_path, monkeypatch):
+    (tmp_path / "initprobe_mod.py").write_text(
+        "from verl_ext.import_hooks import module_initializing\nDURING = module_initializing(__name__)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module("initprobe_mod")
+        assert module.DURING and not import_hooks.module_initializing("initprobe_mod")
+        assert not import_hooks.module_initializing("no_such_module_here")
+    finally:
+        sys.modules.pop("initprobe_mod", None)
+
+
+# ---------------------------------------------------------------- reloads and drift never break an import
+
+
+def test_reloading_the_registry_reregisters_without_verl_raising():
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
+
+    from verl_ext.algos import registry
+
+    old = get_adv_estimator_fn("edge_grpo")
+    reloaded = importlib.reload(registry)  # verl's register_adv_est raises for a second function under a name
+    assert get_adv_estimator_fn("edge_grpo") is reloaded.compute_edge_grpo_outcome_advantage is not old
+    assert get_adv_estimator_fn("gepo") is reloaded.compute_gepo_outcome_advantage
+
+    def other(**kwargs):  # another module's function under the name is still refused, as verl refuses it
+        return None
+
+    with pytest.raises(ValueError, match="already been registered"):
+        register_adv_est("edge_grpo")(other)
+
+
+def test_a_verl_drift_breaks_only_the_gec_agent_loop_not_its_import(monkeypatch):
+    from verl_ext import verl_compat
+    from verl_ext.rollout import gec_agent_loop
+
+    def drifted():
+        raise verl_compat.VerlCompatError("AgentLoopOutput lost a field")
+
+    monkeypatch.setattr(verl_compat, "check_agent_loop", drifted)
+    module = importlib.reload(gec_agent_loop)  # the import (the plugin's hook on verl's agent loop) goes through
+    monkeypatch.setattr(module, "_VERL_CHECKED", [])
+    with pytest.raises(verl_compat.VerlCompatError, match="lost a field"):
+        module.GecAgentLoop()  # the check runs when the loop is first built
+    monkeypatch.undo()
+    importlib.reload(gec_agent_loop)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import register_adv_est
+from verl.trainer.ppo import core_algos
 
 from verl_ext.algos.edge_grpo import edge_grpo_advantage, entropy_grad_split
 from verl_ext.algos.gepo import gepo_advantage, group_entropy
@@ -24,6 +24,21 @@ from verl_ext.algos.grpo import base_scalar_advantage
 from verl_ext.algos.history import GroupEntropyHistory, ThresholdRule
 from verl_ext.algos.inputs import advantage_dtype, check_batch_tensors, check_finite_scores, check_row_labels
 from verl_ext.config import GepoConfig, config_value, load_algorithm_config
+
+
+def _register_adv_est(name: str):
+    """verl's ``register_adv_est``; a re-run of this module (a reload) replaces its own earlier function, where verl's
+    would raise for a second function under the same name. Another module's function under the name still raises."""
+
+    def decorator(fn):
+        registry = core_algos.ADV_ESTIMATOR_REGISTRY
+        previous = registry.get(name)
+        if previous is not None and (previous.__module__, previous.__qualname__) == (fn.__module__, fn.__qualname__):
+            del registry[name]
+        return core_algos.register_adv_est(name)(fn)
+
+    return decorator
+
 
 _NEEDS_TRAINER = "run through `python -m verl_ext.main` (its trainers pass it), or pass it yourself"
 
@@ -84,7 +99,7 @@ EDA_H_BAR_KEY = "eda_h_bar"
 EDA_H_OLD_KEY = "eda_h_old"
 
 
-@register_adv_est("edge_grpo")
+@_register_adv_est("edge_grpo")
 def compute_edge_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -128,7 +143,7 @@ def compute_edge_grpo_outcome_advantage(
     return _to_token_level(adv, response_mask, out_dtype)
 
 
-@register_adv_est("gepo")
+@_register_adv_est("gepo")
 def compute_gepo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,

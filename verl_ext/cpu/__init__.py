@@ -35,6 +35,8 @@ _REGISTRATIONS = (
     ("verl_ext.cpu.checkpoint_engine", "register_cpu_checkpoint_engine"),  # backend "cpu" (v1 separate_async)
 )
 _DEFERRED: set[str] = set()
+_PLATFORM_MODULE = "verl_ext.cpu.platform"
+_PLATFORM_FUNCTIONS = ("apply_verl_fixes", "install_cpu_platform")
 
 
 def cpu_mode_requested() -> bool:
@@ -52,6 +54,11 @@ def activate_cpu_support_if_needed() -> bool:
     if _ACTIVE:
         return True
     if not cpu_mode_requested():
+        return False
+    platform_module = sys.modules.get(_PLATFORM_MODULE)
+    if platform_module is not None and not all(hasattr(platform_module, f) for f in _PLATFORM_FUNCTIONS):
+        # imported first, its `import verl` brought the plugin here: the module's last line turns CPU mode on
+        _DEFERRED.add(_PLATFORM_MODULE)  # (verl resolves its platform lazily, on first use)
         return False
 
     from verl_ext.verl_compat import check_cpu_mode, check_cpu_platform

@@ -237,3 +237,8 @@ def install_cpu_platform() -> None:
     if current is not None and not isinstance(current, PlatformCPU):
         platform_manager.set_platform(PlatformCPU())
 
+
+from verl_ext.cpu import activate_cpu_support_if_needed, finish_deferred_registration  # noqa: E402
+
+# CPU mode was asked for while this module, imported first, was importing verl: turn it on now
+finish_deferred_registration(__name__, activate_cpu_support_if_needed)

@@ -220,14 +220,18 @@ def reference_solution(extra_info: Any, key: str) -> str | None:
 
 
 def ground_truth_text(reward_model: Any) -> str:
-    """The ground-truth answer as text: ``reward_model["ground_truth"]`` (first element of a list)."""
+    """The ground-truth answer as text: ``reward_model["ground_truth"]`` (first element of a list).
+
+    Raises ValueError when there is none: missing, None, an empty list, or an empty or blank string (GEC would
+    inject an empty answer); the start-up data check refuses such rows in local files already.
+    """
     gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model
     if isinstance(gt, np.ndarray):
         gt = gt.tolist()
     if isinstance(gt, (list, tuple)):
-        gt = gt[0] if len(gt) else ""
-    if gt is None:
-        raise ValueError("GEC answer injection needs reward_model.ground_truth, the row has none")
+        gt = gt[0] if len(gt) else None
+    if gt is None or not str(gt).strip():
+        raise ValueError(f"GEC answer injection needs reward_model.ground_truth, the row has none ({gt!r})")
     return str(gt)
 
 

@@ -15,7 +15,10 @@ tokens); then the loop
      same server, up to ``max_continuation_tokens``); answer = core + template ids + EOS; solution = reference
      solution ids + EOS;
   3. returns the original prompt (no hint) with the new response; ``reward_score`` stays None so verl's reward
-     loop scores the final response against the row's ground truth.
+     loop scores the final response against the row's ground truth. A response GEC leaves as it is already has its
+     final score: with no reward model configured (verl's reward loop then calls the same manager's ``run_single``
+     on the same input) the loop sets ``reward_score`` and ``reward_extra_info`` itself, so verl does not score it
+     again; with a reward model, verl scores every row.
 Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``, among them
 ``gec_spans`` (where the policy's first response, the injected pieces and the continuation lie in the final
 response: a few ints, nothing decoded); while verl's rollout dump is on (``trainer.rollout_data_dir``) a solution
@@ -38,7 +41,9 @@ agent-loop workers pass row columns to ``run`` as keyword arguments. A row witho
 verl_ext's) is never corrected, with a warning.
 
 Importing this module only registers the class (verl's ``register`` puts ``{"_target_": ...}`` in a dict);
-the reward manager and config are built lazily, once per worker process.
+the checks of the verl internals this loop relies on (``verl_compat.check_agent_loop``), the reward manager and the
+config run when the loop is first built, once per worker process, so a verl drift never breaks the import of
+verl's agent-loop package in a process that does not use ``gec_agent``.
 """
 
 from __future__ import annotations
@@ -61,8 +66,6 @@ from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_K
 from verl_ext.rollout import gec
 from verl_ext.verl_compat import check_agent_loop, check_agent_loop_sample_keys
 
-check_agent_loop()  # on import (the plugin's hook on verl's agent-loop package): what this loop relies on in verl
-
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
 
@@ -70,6 +73,14 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
 _GEC_CONFIGS: dict[int, tuple[Any, Any]] = {}
 _REWARD_MANAGERS: dict[int, tuple[Any, Any, Any]] = {}
 _WARNED: set[str] = set()
+_VERL_CHECKED: list[bool] = []  # [True] once check_agent_loop passed in this process
+
+
+def _check_verl_once() -> None:
+    """What this loop relies on in verl (``verl_compat.check_agent_loop``), once per process, at its first build."""
+    if not _VERL_CHECKED:
+        check_agent_loop()
+        _VERL_CHECKED.append(True)
 
 
 def _warn_once(key: str, msg: str) -> None:
@@ -256,6 +267,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
     """Single-turn agent loop with Guided Error Correction / +Force-R on training rollouts."""
 
     def __init__(self, *args, **kwargs):
+        _check_verl_once()
         super().__init__(*args, **kwargs)
         self.gec_config = gec_config_of(self.config)
         check_agent_loop_sample_keys()  # once per process (cached): verl hands each sample its own key
@@ -294,6 +306,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
         result = await manager.run_single(data)
         extra = result.get("reward_extra_info") if isinstance(result, dict) else None
         return _reward_value(result), (extra if isinstance(extra, dict) else {})
+
+    def _first_score_is_final(self) -> bool:
+        """Whether an unedited response's first score is the one verl's reward loop would give it: the same
+        manager's ``run_single`` on the same input, i.e. no reward model (``RewardLoopWorker.compute_score``)."""
+        from verl_ext.config import config_value
+
+        return not config_value(self.config, "reward.reward_model.enable", False)
 
     def _dumps_rollouts(self) -> bool:
         """Whether verl dumps the training rollouts (``trainer.rollout_data_dir``): then GEC keeps what shows an edit."""
@@ -395,6 +414,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if branch not in gec.EDIT_BRANCHES:
             fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
             output.extra_fields.update(fields)
+            if self._first_score_is_final():  # unedited: verl's reward loop would compute the same score again
+                output.reward_score = float(score_before)
+                output.extra_fields["reward_extra_info"] = reward_info
             return output
 
         core_seg = gec.Segment(

@@ -134,3 +134,56 @@ def as_object_array(values) -> np.ndarray:
     if hasattr(values, "tolist"):
         values = values.tolist()
     return np.array(list(values), dtype=object)
+
+
+def final_outputs(batch_keys) -> tuple[list[int], list[int]]:
+    """verl's rule for agent loops that return several outputs per sample (v1's
+    ``compute_advantage_for_multi_trajectories``, for GRPO): of the rows keyed ``{uid}_{session}_{output}``, only the
+    highest ``output`` of each ``{uid}_{session}`` is a member of its group (a key of another form: its own session).
+
+    Returns (the rows of those last outputs, in first-appearance order of their sessions; per row, the position of
+    its session's last output in that list).
+    """
+    last: dict[str, tuple[int, int]] = {}
+    sessions = []
+    for i, key in enumerate(batch_keys):
+        session, _, output = str(key).rpartition("_")
+        if "_" not in session or not output.isdigit():
+            session, output = f"{key}\0{i}", "0"
+        sessions.append(session)
+        if session not in last or last[session][0] < int(output):
+            last[session] = (int(output), i)
+    position = {session: p for p, session in enumerate(last)}
+    return [row for _, row in last.values()], [position[s] for s in sessions]
+
+
+def _first_token_value(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) the value at each row's first response token (verl's per-response scalar of a token-level tensor)."""
+    first = mask.argmax(dim=1)
+    return values[torch.arange(values.shape[0], device=values.device), first]
+
+
+def on_final_outputs(data: DataProto, batch_keys, rows: np.ndarray | None, compute) -> DataProto:
+    """``compute(data, rows)`` on the last output of each session only (``final_outputs``), as verl's GRPO does.
+
+    The other outputs of a session get its last output's advantage and return on each of their response tokens
+    (verl's copy-back) and 0 in the per-response loss fields ``compute`` adds (an ``entropy_grad`` H_i(old) of 0
+    keeps that advantage as it is).
+    """
+    finals, owner = final_outputs(batch_keys)
+    if finals == list(range(len(data))):  # one output per session
+        return compute(data, rows)
+    picked = None if rows is None else np.asarray(rows, dtype=bool)[finals]
+    final = compute(data.select_idxs(finals), picked)
+    added = set(final.batch.keys()) - set(data.batch.keys()) - {"advantages", "returns"}
+    mask = data.batch["response_mask"]
+    owner_t = torch.tensor(owner, device=mask.device)
+    for name in ("advantages", "returns"):
+        value = _first_token_value(final.batch[name], final.batch["response_mask"])
+        data.batch[name] = value[owner_t].unsqueeze(-1) * mask.to(value.dtype)
+    for name in added:
+        value = final.batch[name]
+        full = value.new_zeros((len(data), *value.shape[1:]))
+        full[torch.tensor(finals, device=value.device)] = value
+        data.batch[name] = full
+    return data

@@ -110,3 +110,16 @@ def gec_dump_columns(non_tensor_batch: dict, responses, uid, data_source,
         out[DUMP_FIRST_RESPONSE].append("" if first_at is None else texts[first_at])
         out[DUMP_SEGMENTS].append([{"kind": kind, "text": texts[k], "tokens": count} for k, kind, count in seg])
     return out
+
+
+def blank_rows(columns: dict[str, list], rows) -> dict[str, list]:
+    """``columns`` of the ``rows`` subset ((B,) bool) laid out over all B rows, None in the others (v1: verl's
+    padding rows, which copy row 0's fields)."""
+    rows = [bool(r) for r in rows]
+    if all(rows):
+        return columns
+    out = {}
+    for name, values in columns.items():
+        it = iter(values)
+        out[name] = [next(it) if r else None for r in rows]
+    return out

@@ -174,6 +174,18 @@ def gec_step_metrics(non_tensor_batch: dict, uid, final_scores, correct_threshol
     return m
 
 
+# gec_step_metrics' keys that count rows, groups or tokens (besides gec/count/<branch>)
+GEC_COUNT_KEYS = frozenset(f"gec/{k}" for k in (
+    "responses", "continuation_tokens", "injected_tokens", "truncated", "first_hit_cap", "errors", "groups",
+    "groups_all_wrong_before", "groups_rescued", "groups_collapsed_before", "groups_collapsed_after"))
+
+
+def is_count_metric(name: str) -> bool:
+    """A verl_ext metric that counts (a batch of two halves has the halves' sum): GEC's counts and totals and every
+    ``*_count`` (e.g. ``edge_grpo/unscaled_count``, ``verl_ext/singleton_group_count``)."""
+    return name in GEC_COUNT_KEYS or name.startswith("gec/count/") or name.endswith("_count")
+
+
 class GecRolloutError(RuntimeError):
     """Too many of a step's GEC training rollouts had row data GEC could not use (``algorithm.gec.max_error_frac``)."""
 

@@ -3,6 +3,7 @@
 The run's ``GroupEntropyHistory`` lives on the driver. ``_save_checkpoint`` writes it to
 ``global_step_N/verl_ext_state.json`` before verl writes its ``latest_checkpointed_iteration.txt`` (so a checkpoint verl
 can resume from always has it); ``_load_checkpoint`` restores it, so a resumed run shapes exactly like an unbroken one.
+A GEPO run resumed from a checkpoint without it stops, unless ``algorithm.gepo.allow_fresh_history=true``.
 The hook names are the same in verl's v1 and legacy trainers.
 """
 
@@ -13,8 +14,10 @@ import logging
 import os
 
 from verl_ext.algos.history import GLOBAL_SCOPE, GroupEntropyHistory
+from verl_ext.config import load_algorithm_config
 
 logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))  # what a resume restored shows (verl's root handler)
 
 STATE_FILE = "verl_ext_state.json"
 
@@ -60,23 +63,38 @@ class EntropyHistoryMixin:
             json.dump(state, f, indent=1)
         os.replace(tmp, os.path.join(step_dir, STATE_FILE))  # atomic: never a half-written state
 
+    def _ext_resume_dir(self) -> str:
+        """The step folder a resumed run loads (``resume_path``: trainer.resume_from_path; else the latest step)."""
+        trainer_cfg = self.config.trainer
+        if trainer_cfg.resume_mode != "resume_path":
+            return self._ext_step_dir()
+        step_dir = trainer_cfg.resume_from_path
+        return step_dir if os.path.isabs(step_dir) else os.path.join(os.getcwd(), step_dir)
+
     def _ext_load_state(self) -> None:
         if self.global_steps <= 0:
             return  # training from scratch
-        trainer_cfg = self.config.trainer
-        if trainer_cfg.resume_mode == "resume_path":
-            step_dir = trainer_cfg.resume_from_path
-            if not os.path.isabs(step_dir):
-                step_dir = os.path.join(os.getcwd(), step_dir)
-        else:
-            step_dir = self._ext_step_dir()
-        path = os.path.join(step_dir, STATE_FILE)
+        path = os.path.join(self._ext_resume_dir(), STATE_FILE)
         if not os.path.exists(path):
-            # a checkpoint written without verl_ext (or by a run of another estimator): there is no state to lose
-            logger.warning("verl_ext: %s not found; GEPO thresholds start from the next batch", path)
-            print(f"[verl_ext] WARNING: no {STATE_FILE} in {step_dir}; entropy history starts fresh")
+            self._ext_missing_state(path)
             return
         with open(path) as f:
             state = json.load(f)
         self.entropy_history.load_state_dict(state["entropy_history"])
-        print(f"[verl_ext] restored entropy history from {path}: {json.dumps(self.entropy_history.state_dict())}")
+        logger.info("[verl_ext] restored entropy history from %s: %s", path,
+                    json.dumps(self.entropy_history.state_dict()))
+
+    def _ext_missing_state(self, path: str) -> None:
+        """A checkpoint without verl_ext's state: GEPO would restart its thresholds, so it stops unless
+        ``algorithm.gepo.allow_fresh_history=true``; other estimators have no state to lose."""
+        if str(self.config.algorithm.adv_estimator) != "gepo":
+            logger.debug("verl_ext: %s not found (no GEPO history to restore)", path)
+            return
+        if not load_algorithm_config(self.config.algorithm).gepo.allow_fresh_history:
+            raise RuntimeError(
+                f"verl_ext: resuming algorithm.adv_estimator=gepo at step {self.global_steps}, but {path} does not "
+                f"exist (a checkpoint written without verl_ext or by a run of another estimator), so GEPO's entropy "
+                f"thresholds would restart from the next batch instead of continuing; resume from a checkpoint "
+                f"that has it, or set algorithm.gepo.allow_fresh_history=true to start the history fresh")
+        logger.warning("verl_ext: %s not found and algorithm.gepo.allow_fresh_history=true: GEPO's entropy "
+                       "history starts fresh from the next batch", path)

@@ -11,6 +11,8 @@ groups always), tags the rows it sends to rollout as training or validation whil
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 
 import numpy as np
 from verl import DataProto
@@ -20,6 +22,9 @@ from verl_ext.trainer.advantage import compute_extension_advantage, is_extension
 from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 
 @contextlib.contextmanager
@@ -103,7 +108,7 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         with open_dict(self.config):
             self.config.actor_rollout_ref.actor.calculate_entropy = True  # read by verl at every actor update
         self.actor_rollout_wg.set_loss_fn(entropy_grad_loss(self.config))
-        print("[verl_ext] edge_grpo.entropy_grad=true: the actor loss back-propagates through H_i(θ)")
+        logger.info("[verl_ext] edge_grpo.entropy_grad=true: the actor loss back-propagates through H_i(θ)")
 
     def _ext_take_metrics(self) -> dict[str, float]:
         metrics, self._ext_metrics = getattr(self, "_ext_metrics", None) or {}, None

@@ -9,23 +9,37 @@ What the subclass adds to verl's step:
 * ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
 * ``on_init_end``: installs the actor loss of ``edge_grpo.entropy_grad``, whose per-response fields go to
   TransferQueue next to the advantages;
-* ``_log_rollout_data``: GEC's columns in verl's rollout dump (``trainer.rollout_data_dir``; ``gec_dump.py``).
+* ``_log_rollout_data``: GEC's columns in verl's rollout dump (``trainer.rollout_data_dir``; ``gec_dump.py``);
+* ``step``: verl's mini-batch metrics folded with ``step_metrics_aggregator`` (verl_ext's counts summed).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
 import transfer_queue as tq
 from tensordict import NonTensorData, NonTensorStack, TensorDict
+from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
+from verl_ext import verl_compat
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
 from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.run_checks import bypass_mode
-from verl_ext.trainer.advantage import ENTROPY_KEY, as_object_array, is_extension_estimator, verl_step_diagnostics
+from verl_ext.trainer.advantage import (
+    ENTROPY_KEY,
+    as_object_array,
+    final_outputs,
+    is_extension_estimator,
+    on_final_outputs,
+    verl_step_diagnostics,
+)
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
+from verl_ext.trainer.gec_dump import blank_rows
+from verl_ext.trainer.gec_metrics import is_count_metric
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 
 
@@ -52,6 +66,10 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         finally:
             self.val_dataloader = loader
 
+    def step(self, *args, **kwargs):
+        with replaced(trainer_base, "MetricsAggregator", step_metrics_aggregator()):
+            return super().step(*args, **kwargs)
+
     def _update_actor(self, batch, metrics):
         batch = super()._update_actor(batch, metrics)
         summarize_entropy_grad_metrics(metrics)
@@ -62,6 +80,8 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         # verl's padding rows (``_balance_batch`` pads the batch to a multiple of the ranks' sizes): they keep
         # advantage 0 and enter no verl_ext statistic, metric or GEPO history
         real = real_rows(batch.tags)
+        # an agent loop's several outputs of one sample: only the last is a group member (verl's GRPO rule)
+        members = real & last_outputs(batch.keys)
         # one fetch for what verl's own leaves out: the step's outcome (uid, rewards, GEC's fields, data_source) for the
         # metrics, the old-log-prob pass's entropy (absent in bypass mode, which skips that pass) and, for verl_ext's
         # estimators, data_source
@@ -75,8 +95,8 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         padded = extra.to_padded_tensor()
         entropy = padded.get("entropy", None)
         scores = padded["rm_scores"].sum(-1)
-        metrics.update(self._v1_outcome_metrics(extra_fields[real], uid[real], scores[torch.from_numpy(real)],
-                                                data_source[real]))
+        metrics.update(self._v1_outcome_metrics(extra_fields[members], uid[members],
+                                                scores[torch.from_numpy(members)], data_source[members]))
         if not extension:
             data_source = None
 
@@ -86,13 +106,14 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
             fitted = None if entropy is None else _fit_width(entropy, data.batch["response_mask"])
             if not is_extension_estimator(adv_estimator):  # verl's own computation; diagnostics from its output
                 data = verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
-                self._ext_metrics = verl_step_diagnostics(data, fitted, real)
+                grouped = members if adv_estimator == AdvantageEstimator.GRPO else real
+                self._ext_metrics = verl_step_diagnostics(data, fitted, grouped)
                 return data
             if fitted is not None:  # bypass mode has none: only estimators that need no entropy run (config.py)
                 data.batch[ENTROPY_KEY] = fitted
             if data_source is not None:
                 data.non_tensor_batch["data_source"] = as_object_array(data_source)
-            data = self._ext_compute_advantage(data, real)
+            data = on_final_outputs(data, batch_keys, real, self._ext_compute_advantage)
             loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY) if k in data.batch.keys()})
             return data
 
@@ -117,9 +138,12 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         responses = data["responses"]
         if getattr(responses, "is_nested", False):  # jagged in TransferQueue; the padding lies past every span
             responses = responses.to_padded_tensor(padding=0)
-        columns = self._gec_dump_columns({"extra_fields": as_object_array(data["extra_fields"])},
-                                         responses, as_object_array(data["uid"]),
-                                         as_object_array(data["data_source"]))
+        real = real_rows(batch.tags)  # verl's padding rows copy row 0's fields: their GEC cells stay empty
+        picked = torch.from_numpy(np.nonzero(real)[0])
+        columns = self._gec_dump_columns({"extra_fields": as_object_array(data["extra_fields"])[real]},
+                                         responses[picked], as_object_array(data["uid"])[real],
+                                         as_object_array(data["data_source"])[real])
+        columns = blank_rows(columns, real)
         # verl's dump sorts the rows and names each by its TransferQueue key ("uid" column): put ours in its order
         self._ext_dump_rows = ({key: i for i, key in enumerate(batch.keys)}, columns)
         try:
@@ -170,6 +194,43 @@ def real_rows(tags) -> np.ndarray:
     return np.array([not (tag or {}).get(PADDING_TAG, False) for tag in tags], dtype=bool)
 
 
+def last_outputs(keys) -> np.ndarray:
+    """(B,) bool: the rows that are the last output of their ``{uid}_{session}`` (``advantage.final_outputs``)."""
+    mask = np.zeros(len(keys), dtype=bool)
+    mask[final_outputs(keys)[0]] = True
+    return mask
+
+
+# the last component of verl_ext's metric names that report a running count (the step's value is the last)
+RUNNING_COUNTS = ("history_updates", "warmup_batches")
+EXT_METRIC_ROOTS = ("gec", "gepo", "edge_grpo", "verl_ext")
+
+
+def ext_aggregation(name: str) -> str | None:
+    """How a step folds verl_ext's metric ``name`` over its mini-batches: "sum" (counts), "last" (running counts);
+    None: verl's rule (for verl_ext's names, on the last component only: a data source may read as "min")."""
+    if is_count_metric(name):
+        return "sum"
+    if name.rpartition("/")[2] in RUNNING_COUNTS:
+        return "last"
+    return None
+
+
+@functools.cache
+def step_metrics_aggregator() -> type:
+    """verl's ``MetricsAggregator`` (what ``PPOTrainer.step`` folds its ``parameter_sync_step`` mini-batches' metrics
+    with: it averages, weighted by real rows) with ``ext_aggregation`` for verl_ext's metrics."""
+    verl_compat.check_v1_step_metrics()
+
+    class ExtMetricsAggregator(trainer_base.MetricsAggregator):
+        def _get_aggregation_type(self, metric_name: str) -> str:
+            if metric_name.partition("/")[0] not in EXT_METRIC_ROOTS:
+                return super()._get_aggregation_type(metric_name)
+            return ext_aggregation(metric_name) or super()._get_aggregation_type(metric_name.rpartition("/")[2])
+
+    return ExtMetricsAggregator
+
+
 def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Right-pad or cut a separately padded (B, T') field to the (B, T) layout of ``like``."""
     width = like.shape[-1]
@@ -193,5 +254,7 @@ def install_extension_trainers() -> None:
     another class, so the registry entries are replaced directly; ``verl_compat.check_v1_trainer`` checks at
     start-up that ``get_trainer_cls`` still reads this registry.
     """
+    verl_compat.check_v1_multi_output()
+    verl_compat.check_v1_step_metrics()
     for mode, cls in list(TRAINER_REGISTRY.items()):
         TRAINER_REGISTRY[mode] = extended_trainer_cls(cls)
