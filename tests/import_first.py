@@ -34,7 +34,9 @@ from pathlib import Path
 PRELOAD = ("numpy", "pandas", "pyarrow", "torch", "tensordict", "transformers", "transformers.models",
            "transformers.modeling_utils", "transformers.processing_utils", "transformers.models.auto.modeling_auto",
            "transformers.models.mistral.modeling_mistral", "ray", "omegaconf", "hydra", "accelerate", "transfer_queue",
-           "requests", "jsonschema", "zmq", "psutil", "codetiming", "msgspec")
+           "requests", "jsonschema", "zmq", "psutil", "codetiming", "msgspec", "torch._inductor.lowering",
+           "torch._inductor.kernel", "torch._inductor.codegen.common", "torch._export.serde.serialize", "peft",
+           "fastapi", "datasets", "aiohttp", "networkx", "pydantic", "ray.dag")
 _VERL_NAME = re.compile(r"^verl(\.[A-Za-z_]\w*)+$")
 
 

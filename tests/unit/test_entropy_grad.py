@@ -311,6 +311,12 @@ def _official_grads(reference, tensors, grpo_adv, actor_config, entropy_eps=1e-6
     return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
 
 
+# fp32, two summation orders (verl's engine: per micro-batch, FSDP's flat parameters; the reference: one pass): up to
+# 2.5e-5 relative measured on an AMD EPYC host (below 1e-5 on the host the test was written on); a wrong formula, a
+# missing factor or a detached H_i(θ) is off by O(1e-2) or more
+GRAD_RTOL = 1e-4
+
+
 def _max_relative_error(ours: dict, expected: dict) -> float:
     return max(float((ours[n] - g).abs().max() / g.abs().max().clamp(min=1e-12)) for n, g in expected.items())
 
@@ -323,7 +329,7 @@ def test_engine_gradient_equals_the_hand_written_official_loss(engine_setup, los
     tensors, grpo_adv = _batch(reference)
     grads, metrics = _engine_grads(engine, tensors, EntropyGradPPOLoss(actor_config), micro_batch_size)
     expected = _official_grads(reference, tensors, grpo_adv, actor_config)
-    assert _max_relative_error(grads, expected) < 1e-5
+    assert _max_relative_error(grads, expected) < GRAD_RTOL
     # and the entropy term matters: the detached rescaling's gradient is far from it
     detached, _ = _engine_grads(engine, tensors, EntropyGradPPOLoss(actor_config, entropy_eps=1e9), micro_batch_size)
     assert _max_relative_error(detached, expected) > 0.1
@@ -343,7 +349,7 @@ def test_engine_fallback_rows_use_the_detached_factor(engine_setup):
     eps = float(middle.mean())
     grads, metrics = _engine_grads(engine, tensors, EntropyGradPPOLoss(actor_config, entropy_eps=eps), 2)
     expected = _official_grads(reference, tensors, grpo_adv, actor_config, entropy_eps=eps)
-    assert _max_relative_error(grads, expected) < 1e-5
+    assert _max_relative_error(grads, expected) < GRAD_RTOL
     summary = summarize_entropy_grad_metrics({f"actor/{k}": v for k, v in metrics.items()})
     assert summary[FALLBACK_FRAC] == pytest.approx(float((h_now <= eps).float().mean()))
 
