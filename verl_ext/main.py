@@ -9,7 +9,9 @@ Without ``--config-name`` it runs the embedded CPU demo, ``hydra_configs/toy_cpu
 from __future__ import annotations
 
 import functools
+import math
 import os
+import re
 import time
 
 import hydra
@@ -25,17 +27,58 @@ register_structured_configs()
 RAY_LOG_GRACE_S = 2.0
 
 
-@functools.lru_cache(maxsize=2)
-def _toy_assets(task: str | None = None):
+@functools.lru_cache(maxsize=4)
+def _toy_assets(task: str | None = None, train_sources: tuple[str, ...] | None = None):
     from verl_ext.toy import build_toy_assets
     from verl_ext.toy.build import DEFAULT_TASK
 
-    return build_toy_assets(task=task or DEFAULT_TASK)
+    return build_toy_assets(task=task or DEFAULT_TASK, train_sources=train_sources)
+
+
+def _toy_value(key: str, task: str | None = None, *, _root_) -> str:
+    sources = OmegaConf.select(_root_, TOY_TRAIN_SOURCES, default=None)
+    if OmegaConf.is_config(sources):
+        sources = OmegaConf.to_container(sources)
+    return getattr(_toy_assets(task, tuple(sources) if isinstance(sources, list) else sources), key)
 
 
 # ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml);
-# ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy/add.yaml, `+toy=add`)
-OmegaConf.register_new_resolver("verl_ext_toy", lambda key, task=None: getattr(_toy_assets(task), key), replace=True)
+# ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy/add.yaml, `+toy=add`);
+# ${verl_ext_toy:train_parquet} holds only the data sources of `+toy.train_sources=[...]` when that is set
+OmegaConf.register_new_resolver("verl_ext_toy", _toy_value, replace=True)
+TOY_TRAIN_SOURCES = "toy.train_sources"
+TOY_OPTIONS = ("train_sources",)  # the keys of the `toy` node (none of them in the config unless set with `+toy.`)
+_TOY_TRAIN_FILES = re.compile(r"^\$\{verl_ext_toy:\s*train_parquet\s*(?:,\s*(\w+)\s*)?\}$")
+
+
+def check_toy_options(config: DictConfig) -> None:
+    """The ``toy`` node's options (``+toy.train_sources=[...]``), refused with a ``ConfigError`` before anything is
+    built or started: an unknown key, a bad list (``verl_ext.toy.build.check_train_sources``), or the option on a
+    config whose ``data.train_files`` is not the toy's own (``${verl_ext_toy:train_parquet}``), where it would do
+    nothing. Call it before the config is resolved."""
+    from verl_ext.config import ConfigError
+    from verl_ext.toy.build import DEFAULT_TASK, check_train_sources
+
+    toy = config.get("toy", None)
+    if toy is None:
+        return
+    if not OmegaConf.is_dict(toy):
+        raise ConfigError(f"toy={toy!r} is invalid: the toy's options go under toy. ({list(TOY_OPTIONS)}); the "
+                          "first toy task is the config group +toy=add")
+    unknown = [k for k in toy if k not in TOY_OPTIONS]
+    if unknown:
+        raise ConfigError(f"toy.{unknown[0]} is not a toy option: the toy's options are {list(TOY_OPTIONS)}")
+    sources = OmegaConf.select(config, TOY_TRAIN_SOURCES, default=None)
+    if sources is None:
+        return
+    node = config.data._get_node("train_files") if "train_files" in config.get("data", {}) else None
+    raw = node._value() if node is not None else None
+    match = _TOY_TRAIN_FILES.match(raw) if isinstance(raw, str) else None
+    if match is None:
+        raise ConfigError(f"{TOY_TRAIN_SOURCES} selects the data sources of the embedded toy's training file "
+                          f"(data.train_files=${{verl_ext_toy:train_parquet}}); here data.train_files={raw!r}")
+    check_train_sources(OmegaConf.to_container(sources) if OmegaConf.is_config(sources) else sources,
+                        match.group(1) or DEFAULT_TASK)
 
 
 def run_dir() -> str:
@@ -110,6 +153,7 @@ def prepare(config: DictConfig) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    check_toy_options(config)  # before resolving builds the toy's files
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     apply_platform_defaults(config)  # before the checks, so they see what will run
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/run_checks.py), before verl's own
@@ -128,6 +172,7 @@ def run(config: DictConfig) -> None:
     check_trainers(bool(config.trainer.use_v1))  # here, before Ray starts: a clear error on an unexpected verl
     from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
     started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
+    metrics_path = run_metrics_file(config)  # before the run: a resumed run writes the next free metrics.N.jsonl
     try:
         run_ppo(config, task_runner_class=ExtTaskRunnerV1 if config.trainer.use_v1 else ExtTaskRunnerLegacy)
     finally:
@@ -136,6 +181,96 @@ def run(config: DictConfig) -> None:
             # a moment later (every 0.1 s, more on a busy machine); shutting down at once would drop those lines
             time.sleep(RAY_LOG_GRACE_S)
             ray.shutdown()
+    print_run_summary(metrics_path)
+
+
+# ---- what the run did, printed at its end -------------------------------------------------------------------------
+_VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/(?P<metric>acc|reward)/(?P<stat>mean@\d+)$")
+GREEDY_SUFFIX = "@greedy"  # the toy's greedy copy of a data source (verl_ext/toy/reason.py)
+
+
+def run_metrics_file(config: DictConfig) -> str | None:
+    """The metrics file this run's ``file`` logger will write (``trainer.file_logger_path``, or the next free
+    ``metrics.N.jsonl`` beside it, as ``verl_ext.trainer.runner`` picks; null: verl's own default), or None when
+    ``trainer.logger`` has no ``file``. Call it before the run."""
+    from verl_ext.trainer.runner import file_logger_path
+
+    trainer = config.trainer
+    loggers = trainer.get("logger", None) or []
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    if "file" not in loggers:
+        return None
+    requested = trainer.get("file_logger_path", None)
+    if requested:
+        return file_logger_path(os.path.abspath(requested))
+    root = os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", "."))
+    return os.path.abspath(os.path.join(root, str(trainer.project_name), f"{trainer.experiment_name}.jsonl"))
+
+
+def start_end_table(steps: dict[int, dict[str, float]]) -> str | None:
+    """Held-out accuracy per data source at the run's first and last validation, as a markdown table; None when no
+    validation was logged.
+
+    ``steps`` is ``verl_ext.metrics_file.read_steps``'s ``{step: {metric: value}}``. A data source's figure is
+    ``val-core/<source>/acc/mean@N`` (``reward/mean@N`` where its reward logs no ``acc``); the toy's greedy copy
+    ``<source>@greedy`` goes in the same cell, after the sampled figure (``sampled / greedy``).
+    """
+    found: dict[str, str] = {}  # data source -> its metric key
+    for _, values in sorted(steps.items()):
+        for key in values:
+            m = _VAL_KEY.match(key)
+            if m and (m["source"] not in found or m["metric"] == "acc" and "/acc/" not in found[m["source"]]):
+                found[m["source"]] = key
+    val_steps = sorted(s for s, values in steps.items() if any(k in values for k in found.values()))
+    if not val_steps:
+        return None
+    shown = sorted({val_steps[0], val_steps[-1]})
+    greedy = {s for s in found if s.endswith(GREEDY_SUFFIX) and s[: -len(GREEDY_SUFFIX)] in found}
+    sources = [s for s in found if s not in greedy]  # in the order the run logged them (verl: its data's order)
+
+    def cell(source: str, step: int) -> str:
+        value = steps[step].get(found[source], math.nan)
+        return "—" if math.isnan(value) else f"{value:.3f}"
+
+    head = ["held-out"] + [f"`{s}`" + (" sampled / greedy" if s + GREEDY_SUFFIX in greedy else "") for s in sources]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for step in shown:
+        cells = [f"step {step}"]
+        for s in sources:
+            cells.append(cell(s, step) + (f" / {cell(s + GREEDY_SUFFIX, step)}" if s + GREEDY_SUFFIX in greedy else ""))
+        rows.append("| " + " | ".join(cells) + " |")
+    metrics = sorted({_VAL_KEY.match(k)["metric"] + "/" + _VAL_KEY.match(k)["stat"] for k in found.values()})
+    return "\n".join(rows) + f"\n(val-core/<data source>/{', '.join(metrics)})"
+
+
+def run_summary(steps: dict[int, dict[str, float]] | None, metrics_path: str) -> str:
+    """What the run prints at its end: the start → end table (when validation was logged) and the report
+    command for the run's folder (``<run folder>/metrics*.jsonl``; another file, such as verl's default
+    ``<project>/<experiment>.jsonl``: that file), relative to the current directory when inside it."""
+    path = os.path.abspath(metrics_path)
+    target = os.path.dirname(path) if re.match(r"^metrics(\.\d+)?\.jsonl$", os.path.basename(path)) else path
+    rel = os.path.relpath(target)
+    shown = target if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+    lines = []
+    table = start_end_table(steps or {})
+    if table:
+        lines += ["[verl_ext] held-out accuracy, start → end:", table]
+    lines.append(f"[verl_ext] the run's report: python -m verl_ext.report {shown}")
+    return "\n".join(lines)
+
+
+def print_run_summary(metrics_path: str | None) -> None:
+    """After the run, in the driver: :func:`run_summary` of its metrics file; nothing when there is no such file
+    here (no ``file`` logger, or a TaskRunner on another node)."""
+    if not metrics_path or not os.path.isfile(metrics_path):
+        return
+    from verl_ext.metrics_file import read_steps
+
+    try:
+        steps, _ = read_steps(metrics_path)
+    except (OSError, UnicodeDecodeError):
+        return
+    print(run_summary(steps, metrics_path), flush=True)
 
 
 def config_dir() -> str:

@@ -387,3 +387,113 @@ def test_default_build_copies_the_packaged_weights(tmp_path):
     outs = toy_model.sample_responses(model, tok, [toy_reason.prompt_text(toy_reason.DATA_SOURCE_CHAIN, o) for o in ops],
                                       toy_build.EVAL_MAX_TOKENS, 0.0, seed=0)
     assert [toy_reason.final_answer(o["text"]) for o in outs] == [str(toy_reason.answer(o)) for o in ops]
+
+
+# ---------------------------------------------------------------- toy.train_sources: the hard split only, etc.
+
+
+@pytest.fixture(scope="module")
+def shipped_cache(tmp_path_factory):
+    """A default build (the packaged weights copied: seconds) in its own cache, for the train_sources tests."""
+    cache = tmp_path_factory.mktemp("sources")
+    return cache, build_toy_assets(cache_dir=cache, verbose=False)
+
+
+def test_train_sources_default_is_the_full_pool(shipped_cache):
+    cache, full = shipped_cache
+    from pathlib import Path
+
+    before = Path(full.train_parquet).read_bytes()
+    # no option, or all three sources in any order: the full pool's own file, bit for bit
+    for sources in (None, list(toy_reason.DATA_SOURCES), ["toy_chain6", "toy_bag", "toy_chain"]):
+        a = build_toy_assets(cache_dir=cache, verbose=False, train_sources=sources)
+        assert a.train_parquet == full.train_parquet and Path(a.train_parquet).read_bytes() == before
+    assert _records(full.train_parquet) == _records_of(toy_reason.make_rows()[0])  # today's rows
+    assert toy_build.check_train_sources(None) is None
+    assert toy_build.check_train_sources(list(toy_reason.DATA_SOURCES)) is None
+
+
+def _records(path, sources=None) -> str:
+    """A parquet's rows as JSON (comparable: its nested columns come back as numpy arrays), optionally only those of
+    some data sources."""
+    df = pd.read_parquet(path)
+    if sources is not None:
+        df = df[df["data_source"].isin(sources)].reset_index(drop=True)
+    return df.to_json(orient="records")
+
+
+def _records_of(rows) -> str:  # rows as they come back from a parquet
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rows-{os.getpid()}-{time.time_ns()}.parquet")
+    try:
+        toy_task.write_parquet(rows, path)
+        return _records(path)
+    finally:
+        os.remove(path)
+
+
+def test_train_sources_hard_split_only(shipped_cache):
+    cache, full = shipped_cache
+    hard = build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain6"])
+    assert hard.train_parquet != full.train_parquet and os.path.dirname(hard.train_parquet) == full.root
+    assert (hard.model_path, hard.val_parquet, hard.reward_path) == (full.model_path, full.val_parquet, full.reward_path)
+    train, pool = _rows(hard.train_parquet), _rows(full.train_parquet)
+    assert {r["data_source"] for r in train} == {"toy_chain6"}
+    # the same rows per source: the full pool's toy_chain6 rows, in their order (fewer rows overall)
+    assert _records(hard.train_parquet) == _records(full.train_parquet, ["toy_chain6"])
+    assert len(train) == toy_reason.N_TRAIN["toy_chain6"] < len(pool)
+    # validation keeps all three families, sampled and greedy
+    val_sources = {r["data_source"] for r in _rows(hard.val_parquet)}
+    assert val_sources == {s + g for s in toy_reason.DATA_SOURCES for g in ("", "@greedy")}
+    # two sources: both, in the pool's order; written once and reused
+    two = build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain6", "toy_chain"])
+    assert os.path.basename(two.train_parquet) == "train-toy_chain+toy_chain6.parquet"
+    assert _records(two.train_parquet) == _records(full.train_parquet, ["toy_chain", "toy_chain6"])
+    mtime = os.path.getmtime(two.train_parquet)
+    build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain", "toy_chain6"])
+    assert os.path.getmtime(two.train_parquet) == mtime
+    assert toy_build.check_train_sources("toy_bag") == ("toy_bag",)  # one name: a one-item list
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([], "at least one data source"),
+    (["toy_x"], r"\['toy_x'\] not a data source"),
+    (["toy_chain6", "toy_add"], r"\['toy_add'\] not a data source"),
+    (["toy_chain6", "toy_chain6"], "named twice"),
+    (5, "a list of data sources"),
+])
+def test_train_sources_refused(bad, match):
+    from verl_ext.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"toy\.train_sources=.*" + match):
+        toy_build.check_train_sources(bad)
+    with pytest.raises(ConfigError, match=match):
+        build_toy_assets(cache_dir="/nonexistent/never/built", verbose=False, train_sources=bad)  # before building
+    assert toy_build.check_train_sources(["toy_add2"], task="add") == ("toy_add2",)  # each task's own sources
+
+
+def test_toy_options_checked_at_start_up():
+    """verl_ext.main.prepare refuses a bad toy node before anything is resolved, built or started."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.config import ConfigError
+    from verl_ext.main import check_toy_options
+
+    def cfg(toy, train_files="${verl_ext_toy:train_parquet}"):
+        c = OmegaConf.create({"data": {"train_files": train_files}})
+        if toy is not None:
+            c.toy = toy
+        return c
+
+    check_toy_options(cfg(None))  # the default: no toy node
+    check_toy_options(cfg({"train_sources": ["toy_chain6"]}))
+    check_toy_options(cfg({"train_sources": ["toy_add"]}, "${verl_ext_toy:train_parquet,add}"))  # +toy=add
+    for toy, train_files, match in (
+        ({"train_sources": []}, "${verl_ext_toy:train_parquet}", "at least one"),
+        ({"train_sources": ["toy_nope"]}, "${verl_ext_toy:train_parquet}", "not a data source"),
+        ({"train_sources": ["toy_chain6"]}, "${verl_ext_toy:train_parquet,add}", "toy task 'add'"),
+        ({"train_source": ["toy_chain6"]}, "${verl_ext_toy:train_parquet}", "not a toy option"),
+        ({"train_sources": ["toy_chain6"]}, "data/train.parquet", "embedded toy's training file"),
+        ("add", "${verl_ext_toy:train_parquet}", "toy="),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            check_toy_options(cfg(toy, train_files))

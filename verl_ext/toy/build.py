@@ -20,7 +20,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import model as _model
@@ -36,6 +36,9 @@ REWARD_NAME = "compute_score"
 REWARD_PATHS = {"add": str(Path(__file__).with_name("reward.py").resolve()),
                 "reason": str(Path(__file__).with_name("reason_reward.py").resolve())}
 REWARD_PATH = REWARD_PATHS["add"]
+# each task's data sources: what ``toy.train_sources`` (``train_sources=``) may name
+TASK_SOURCES = {"reason": _reason.DATA_SOURCES, "add": (_task.DATA_SOURCE_ONE, _task.DATA_SOURCE_TWO)}
+TRAIN_SOURCES_KEY = "toy.train_sources"
 _MANIFEST = "manifest.json"
 
 # The reasoning task's warm-up: a fixed number of steps (the same toy on every run of a machine, whatever its speed).
@@ -325,8 +328,65 @@ def summarize(stats: dict) -> str:
     return head + " | " + "; ".join(parts)
 
 
+def check_train_sources(sources, task: str = DEFAULT_TASK) -> tuple[str, ...] | None:
+    """``toy.train_sources`` checked: the data sources the RL training parquet keeps, in the task's own order, or
+    None for all of them (the default, and a list naming all of them: the default parquet itself).
+
+    A single name counts as a one-item list; an empty list, a name that is not one of ``task``'s data sources
+    (``TASK_SOURCES``: the reasoning toy's ``toy_chain``, ``toy_bag``, ``toy_chain6``) or a name given twice is a
+    ``ConfigError`` naming the key. The validation set is never filtered.
+    """
+    from verl_ext.config import ConfigError
+
+    if sources is None:
+        return None
+    if task not in TASK_SOURCES:
+        raise ConfigError(f"toy task {task!r}: must be one of {list(TASK_SOURCES)}")
+    allowed = TASK_SOURCES[task]
+    if isinstance(sources, str):
+        sources = [sources]
+    try:
+        names = list(sources)
+    except TypeError:
+        raise ConfigError(f"{TRAIN_SOURCES_KEY}={sources!r} is invalid: a list of data sources among "
+                          f"{list(allowed)}") from None
+    if not names:
+        raise ConfigError(f"{TRAIN_SOURCES_KEY}=[] is invalid: name at least one data source among {list(allowed)} "
+                          f"(leave the key out to train on all of them)")
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ConfigError(f"{TRAIN_SOURCES_KEY}={names!r} is invalid: {unknown} not a data source of the toy task "
+                          f"{task!r}; must be among {list(allowed)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{TRAIN_SOURCES_KEY}={names!r} is invalid: {twice} named twice")
+    if set(names) == set(allowed):
+        return None
+    return tuple(s for s in allowed if s in names)
+
+
+def train_parquet_for(assets: ToyAssets, sources: tuple[str, ...] | None) -> str:
+    """The training parquet that holds only ``sources`` (checked by :func:`check_train_sources`): the same rows per
+    source as the full RL pool, in the same order (the full pool filtered, so fewer rows overall), written once
+    next to it as ``train-<source>+<source>.parquet``. None: the full pool's own file, unchanged."""
+    if sources is None:
+        return assets.train_parquet
+    task = assets.stats.get("task", "add")
+    path = Path(assets.root) / f"train-{'+'.join(sources)}.parquet"
+    if not path.is_file():
+        rows, _ = (_reason if task == "reason" else _task).make_rows()
+        kept = [r for r in rows if r["data_source"] in sources]
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{time.time_ns()}")
+        try:
+            _task.write_parquet(kept, str(tmp))
+            os.replace(tmp, path)  # concurrent builders (multirun jobs) each write their own file, then rename
+        finally:
+            tmp.unlink(missing_ok=True)
+    return str(path)
+
+
 def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = False, verbose: bool = True,
-                     task: str = DEFAULT_TASK, from_scratch: bool = False) -> ToyAssets:
+                     task: str = DEFAULT_TASK, from_scratch: bool = False, train_sources=None) -> ToyAssets:
     """Build the toy assets of ``task`` ("reason", the default, or "add") once and cache them; later calls return
     the cached paths.
 
@@ -334,11 +394,22 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = F
     live in a subdirectory named after a fingerprint of the build settings, so changing
     the recipe rebuilds automatically. ``force=True`` rebuilds unconditionally.
     ``from_scratch=True`` (implies ``force``) warms the ``reason`` model up instead of copying the packaged weights.
+    ``train_sources`` (``toy.train_sources`` in the toy config; default None: all the task's data sources) keeps only
+    those data sources in ``train_parquet``, the same rows per source as the full pool (:func:`train_parquet_for`);
+    ``val_parquet`` always holds every data source.
     Safe against concurrent builders: each builds in a private temp dir and renames it.
     """
     force = force or from_scratch
     if task not in TASKS:
         raise ValueError(f"toy task {task!r}: must be one of {list(TASKS)}")
+    sources = check_train_sources(train_sources, task)
+    assets = _build_or_reuse(cache_dir, force, verbose, task, from_scratch)
+    if sources is None:
+        return assets
+    return replace(assets, train_parquet=train_parquet_for(assets, sources))
+
+
+def _build_or_reuse(cache_dir, force: bool, verbose: bool, task: str, from_scratch: bool) -> ToyAssets:
     base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     base.mkdir(parents=True, exist_ok=True)
     root = base / (f"toy-{_fingerprint(task)}" if task == "add" else f"toy-{task}-{_fingerprint(task)}")
