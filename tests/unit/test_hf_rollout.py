@@ -13,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl_ext.cpu.hf_rollout import GenRequest, HFRolloutServer, generate_batch, sample_next_tokens
+from verl_ext.cpu.hf_rollout import GenRequest, HFRolloutServer, generate_batch, padded_width, sample_next_tokens
 
 VOCAB = 48
 EOS, PAD = 1, 0
@@ -168,10 +168,12 @@ def reference_generate(model, prompt, max_tokens, temperature=0.0, top_k=-1, top
 PROMPTS = [[5, 9, 13], [7], [3, 4, 5, 6, 7, 8, 9], [11, 12], [20, 21, 22, 23]]
 
 
-def test_batched_greedy_equals_one_at_a_time_full_forward(model):
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_batched_greedy_equals_one_at_a_time_full_forward(model, batch_invariant):
     requests = [GenRequest(prompt_ids=p, max_tokens=m, temperature=0.0, ignore_eos=True)
                 for p, m in zip(PROMPTS, [6, 3, 8, 1, 5])]
-    results = generate_batch(model, requests, eos_token_ids=[EOS], pad_token_id=PAD)
+    results = generate_batch(model, requests, eos_token_ids=[EOS], pad_token_id=PAD, batch_invariant=batch_invariant,
+                             pad_multiple=4)  # widths 4 and 8: two decode loops
     for req, (tokens, logprobs) in zip(requests, results):
         ref_tokens, ref_lps = reference_generate(model, req.prompt_ids, req.max_tokens, ignore_eos=True)
         assert tokens == ref_tokens and len(tokens) == req.max_tokens  # left padding + KV cache change nothing
@@ -225,6 +227,8 @@ def _server(model_dir, **engine_kwargs) -> HFRolloutServer:
 def test_server_batches_concurrent_requests(model_dir, model):
     server = _server(model_dir)
     assert server.eos_token_ids == [EOS] and server.pad_token_id == PAD
+    assert server.batch_invariant and server.pad_multiple == 16  # default: batch invariant, rollout.prompt_length
+    assert not _server(model_dir, batch_invariant=False).batch_invariant
 
     async def main():
         params = [{"temperature": 0.0, "max_tokens": m, "logprobs": True, "ignore_eos": True} for m in (4, 2, 6, 3, 5)]
@@ -303,18 +307,52 @@ def test_server_loads_weights_and_validates_requests(model_dir):
 # ---- seeded sampling: one request's tokens depend on rollout.seed and its identity only ---------------------------
 
 
-def test_seeded_request_samples_the_same_alone_or_in_any_batch(model):
-    def req(p, seed):
-        return GenRequest(prompt_ids=p, max_tokens=8, temperature=1.0, ignore_eos=True, seed=seed)
+def _seeded(prompt, seed, max_tokens=10):
+    return GenRequest(prompt_ids=prompt, max_tokens=max_tokens, temperature=1.0, ignore_eos=True, seed=seed)
 
-    alone = generate_batch(model, [req(PROMPTS[2], 11)], [EOS], PAD)[0][0]
-    crowd = [req(p, 100 + i) for i, p in enumerate(PROMPTS)]
-    mixed = generate_batch(model, crowd[:2] + [req(PROMPTS[2], 11)] + crowd[3:], [EOS], PAD,
-                           generator=torch.Generator().manual_seed(9))[2][0]
-    shuffled = generate_batch(model, [crowd[4], req(PROMPTS[2], 11), crowd[0]], [EOS], PAD)[1][0]
-    assert alone == mixed == shuffled
-    others = {tuple(generate_batch(model, [req(PROMPTS[2], s)], [EOS], PAD)[0][0]) for s in range(12, 20)}
-    assert len(others | {tuple(alone)}) > 1  # another seed samples differently
+
+LONG_PROMPT = list(range(2, 42))  # another padded width than PROMPTS' (a GEC continuation next to fresh prompts)
+
+
+def _compositions(target):
+    """Batches holding ``target`` (seed 11) among requests of other prompt lengths, sizes, widths and positions."""
+    crowd = [_seeded(PROMPTS[i % 5] + [30] * (i % 4), 100 + i, 3 + i % 9) for i in range(20)]
+    return [
+        [_seeded(PROMPTS[1], 1), target],                                  # a shorter prompt first
+        [target, _seeded(PROMPTS[0] + PROMPTS[2], 2)],                     # a longer one after
+        [_seeded(LONG_PROMPT, 3, 4), target, _seeded(PROMPTS[3], 4)],      # a prompt of another padded width
+        crowd[:2] + [target] + crowd[2:4],
+        crowd[:8] + [target] + crowd[8:16],
+        [*crowd, target],
+        [GenRequest(prompt_ids=PROMPTS[4], max_tokens=12, temperature=0.0), target],  # a greedy neighbour
+    ]
+
+
+def _generate(model, batch):
+    return generate_batch(model, batch, [EOS], PAD, generator=torch.Generator().manual_seed(9), pad_multiple=8)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_request_samples_the_same_tokens_and_logprobs_alone_or_in_any_batch(model, threads):
+    # which requests share a batch depends on timing; a batch's size, padding width and a row's place in it used to
+    # move a request's logits in the last bits (and so, now and then, a sampled token); now they must not, bit for bit
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for prompt in (PROMPTS[2], PROMPTS[1], LONG_PROMPT):
+            alone = _generate(model, [_seeded(prompt, 11)])[0]
+            for batch in _compositions(_seeded(prompt, 11)):
+                row = next(i for i, r in enumerate(batch) if r.seed == 11)
+                assert _generate(model, batch)[row] == alone, (prompt, len(batch), row)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.get_num_threads() == before
+    samples = {tuple(_generate(model, [_seeded(PROMPTS[2], s)])[0][0]) for s in range(11, 20)}
+    assert len(samples) > 1  # another seed samples differently
+
+
+def test_padded_width_depends_on_the_prompt_only():
+    assert [padded_width(n, 8) for n in (1, 7, 8, 9, 16, 40)] == [8, 8, 16, 16, 24, 48]  # always one pad at least
 
 
 def test_inverse_cdf_sampling_follows_the_distribution():

@@ -13,13 +13,18 @@ plugs into the same two registries those backends use:
 
 The server batches concurrent requests: requests that arrive within a short window (default 10 ms after the
 last arrival, at most 100 ms, at most ``rollout.max_num_seqs``) share one left-padded, KV-cached decode loop, so
-the ``n`` samples of a prompt (and all prompts of a step) are generated together, not one after another.
+the ``n`` samples of a prompt (and all prompts of a step) are generated together, not one after another. Which
+requests share a batch depends on timing (machine load), so by default a batch is computed batch-invariantly
+(:func:`generate_batch`): each prompt is left-padded to a width that depends on its own length only (the next
+multiple of ``pad_multiple`` above it), requests of different widths decode in separate loops, every linear layer
+runs one GEMM per request, on one intra-op thread. A request's logits are then bit for bit the ones it gets alone.
 
 Sampling per request: temperature, top_k, top_p, greedy when temperature <= 0, stop at EOS (unless
 ``rollout.ignore_eos``) or after ``max_tokens``. Each request samples from its own generator, seeded by
 ``rollout.seed`` and the request's identity (weight version, prompt tokens, and verl's ``det-<row>`` request name
-under ``rollout.full_determinism``, else the request's rank among identical prompts): a request's tokens do not
-depend on arrival order or on the other requests in its batch, so one config and seed give one run. Log-probs follow vLLM's ``logprobs_mode`` (verl's default
+under ``rollout.full_determinism``, else the request's rank among identical prompts). With the batch-invariant
+computation a request's tokens and log-probs do not depend on arrival order or on the other requests in its batch,
+so one config and seed give one run. Log-probs follow vLLM's ``logprobs_mode`` (verl's default
 ``processed_logprobs``): log-softmax of the distribution actually sampled from, i.e. logits / temperature with
 top-k/top-p filtering applied in vLLM's order and nucleus rule (with the default top_k=-1, top_p=1 this is exactly
 what the actor recomputes as ``old_log_probs``). ``raw_logprobs`` gives log-softmax of the unscaled logits.
@@ -29,8 +34,11 @@ verl's vLLM server does: later requests wait for ``resume_generation`` (or, with
 aborted at once). A batch already decoding finishes (results are complete, from the weights it started with).
 
 Optional knobs, under ``actor_rollout_ref.rollout.engine_kwargs.hf`` (``+`` prefix on the command line):
-``dtype`` (default "float32"), ``batch_window_ms`` (10), ``max_batch_wait_ms`` (100), ``num_threads`` (torch
-intra-op threads in the server; default: leave torch's default).
+``dtype`` (default "float32"), ``batch_window_ms`` (10), ``max_batch_wait_ms`` (100), ``batch_invariant`` (true;
+false: one loop padded to the batch's longest prompt with GEMMs over the whole batch, faster, but a request's last
+float bits, and now and then a sampled token, depend on its batch), ``pad_multiple`` (default
+``rollout.prompt_length``), ``num_threads`` (torch intra-op threads in the server, used with
+``batch_invariant: false``; default: leave torch's default).
 
 Unsupported: multimodal inputs, LoRA adapter sync without merge (``peft_config``), delta weight formats, and
 repetition/presence/frequency penalties and min_p (a request with a non-neutral value is refused).
@@ -39,7 +47,10 @@ repetition/presence/frequency penalties and min_p (a request with a non-neutral 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hashlib
+import inspect
 import logging
 import os
 import time
@@ -159,6 +170,48 @@ def sample_next_tokens(
     return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+@contextlib.contextmanager
+def _per_request_linears(model: torch.nn.Module):
+    """While open, every ``nn.Linear`` of ``model`` runs one GEMM per batch row (:func:`_per_request_linear`).
+
+    A GEMM over the whole batch rounds a row differently depending on the batch's size and the row's place in it
+    (BLAS picks its kernels by the number of rows); one matrix per request gives every request the same GEMM shape
+    whatever else is in its batch.
+    """
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    for m in linears:
+        m.forward = functools.partial(_per_request_linear, m)
+    try:
+        yield
+    finally:
+        for m in linears:
+            del m.forward
+
+
+def _per_request_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 3:
+        return torch.nn.functional.linear(x, layer.weight, layer.bias)
+    out = torch.bmm(x, layer.weight.t().expand(x.size(0), -1, -1))  # [batch, tokens, in] x [batch, in, out]
+    return out if layer.bias is None else out + layer.bias
+
+
+def padded_width(prompt_len: int, pad_multiple: int) -> int:
+    """The batch-invariant prompt width: the smallest multiple of ``pad_multiple`` above the prompt's length (at least
+    one pad column, so the attention mask is never all ones and no model drops it for a causal shortcut)."""
+    return pad_multiple * (prompt_len // pad_multiple + 1)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Intra-op parallelism splits some kernels (SDPA's decode step) by batch size: decode on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @torch.inference_mode()
 def generate_batch(
     model: torch.nn.Module,
@@ -167,23 +220,59 @@ def generate_batch(
     pad_token_id: int,
     raw_logprobs: bool = False,
     generator: torch.Generator | None = None,
+    batch_invariant: bool = True,
+    pad_multiple: int = 32,
 ) -> list[tuple[list[int], list[float]]]:
-    """Generate for all requests at once: left-pad prompts, prefill once, then decode with the KV cache.
+    """Generate for all requests: left-pad prompts, prefill once, then decode with the KV cache.
 
-    Requests with a ``seed`` sample from their own generator (one uniform number per token, inverse CDF), so their
-    tokens do not depend on which other requests share the batch; the others draw from ``generator``.
+    ``batch_invariant`` (default) makes a request's logits bit for bit independent of the other requests in the
+    batch: requests are grouped by :func:`padded_width`, each group decodes on its own (same key length for every
+    request at every step), linear layers run one GEMM per request (:func:`_per_request_linears`), on one intra-op
+    thread. Off: one loop padded to the batch's longest prompt, GEMMs over the whole batch (faster; a request's
+    last float bits, and so rarely a sampled token, depend on its batch).
 
-    Returns, per request, (response token ids including the EOS it stopped on, per-token log-probs).
+    Requests with a ``seed`` sample from their own generator (one uniform number per token, inverse CDF); the others
+    draw from ``generator``. Returns, per request, (response token ids including the EOS it stopped on, per-token
+    log-probs).
     """
+    if not batch_invariant:
+        width = max(len(r.prompt_ids) for r in requests)
+        return _decode(model, requests, width, eos_token_ids, pad_token_id, raw_logprobs, generator)
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault(padded_width(len(r.prompt_ids), pad_multiple), []).append(i)
+    results: list = [None] * len(requests)
+    with _one_thread(), _per_request_linears(model):
+        for width, rows in sorted(groups.items()):
+            group = [requests[i] for i in rows]
+            for i, res in zip(rows, _decode(model, group, width, eos_token_ids, pad_token_id, raw_logprobs, generator)):
+                results[i] = res
+    return results
+
+
+def _last_logits_only(model: torch.nn.Module) -> dict:
+    """Prefill computes the last position's logits only, where the model takes HF's ``logits_to_keep``."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def _decode(
+    model: torch.nn.Module,
+    requests: list[GenRequest],
+    width: int,
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    raw_logprobs: bool,
+    generator: torch.Generator | None,
+) -> list[tuple[list[int], list[float]]]:
+    """One left-padded (to ``width``), KV-cached decode loop over ``requests``."""
     device = next(model.parameters()).device
     bsz = len(requests)
     lengths = [len(r.prompt_ids) for r in requests]
-    max_len = max(lengths)
-    input_ids = torch.full((bsz, max_len), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((bsz, max_len), dtype=torch.long)
+    input_ids = torch.full((bsz, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((bsz, width), dtype=torch.long)
     for i, r in enumerate(requests):
-        input_ids[i, max_len - lengths[i] :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-        attention_mask[i, max_len - lengths[i] :] = 1
+        input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        attention_mask[i, width - lengths[i] :] = 1
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
     temperature = torch.tensor([float(r.temperature) for r in requests])
@@ -206,6 +295,7 @@ def generate_batch(
         attention_mask=attention_mask.to(device),
         position_ids=position_ids.to(device),
         use_cache=True,
+        **_last_logits_only(model),
     )
     past = out.past_key_values
     logits = out.logits[:, -1, :]
@@ -275,6 +365,8 @@ class HFRolloutServer:
         self.raw_logprobs = config_value(config, "logprobs_mode", "processed_logprobs") in ("raw_logprobs", "raw_logits")
         self.ignore_eos = bool(config_value(config, "ignore_eos", False))
         self.prompt_length = int(config_value(config, "prompt_length", 512))
+        self.batch_invariant = bool(opts.get("batch_invariant", True))
+        self.pad_multiple = int(opts.get("pad_multiple") or self.prompt_length)
         self.response_length = int(config_value(config, "response_length", 512))
         self.max_model_len = int(config_value(config, "max_model_len", 0) or (self.prompt_length + self.response_length))
         self.seed = int(config_value(config, "seed", 0) or 0)
@@ -435,6 +527,8 @@ class HFRolloutServer:
                         self.eos_token_ids,
                         self.pad_token_id,
                         self.raw_logprobs,
+                        batch_invariant=self.batch_invariant,
+                        pad_multiple=self.pad_multiple,
                     )
                 except Exception as e:  # fail the requests, keep the server alive
                     logger.exception("hf rollout batch failed")
