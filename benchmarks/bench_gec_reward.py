@@ -117,6 +117,7 @@ FILLER = [
     "We can double-check by substituting back into the original statement.",
     "Let me think about whether there is a simpler approach; the direct one works here.",
 ]
+VERL_SIDE_MEMORY_MB = 4095  # grader_memory_mb of the reward-loop side's pool (the default is 4096)
 REFLECT_RIGHT = 0.4  # share of rows whose reflection continuation ends with the right answer
 
 SAMPLE_KEY = contextvars.ContextVar("bench_gec_sample", default=None)  # (case, row) of the running sample
@@ -315,12 +316,14 @@ def check(full, sub, rows) -> tuple[list[bool], list[str]]:
 
 
 def grader_cpu() -> dict[int, float]:
-    """CPU seconds so far of each live math-verify process of the reward's pool (Linux /proc)."""
+    """CPU seconds so far of each live math-verify process of both sides' pools (Linux /proc)."""
     from verl_ext.rewards import math as reward
 
-    pool = reward.grader_pool(reward.DEFAULT_GRADER_WORKERS, reward.DEFAULT_GRADER_MEMORY_MB)
-    with pool._lock:
-        pids = [w.proc.pid for w in (*pool._idle, *pool._busy)]
+    pids = []
+    for memory_mb in (reward.DEFAULT_GRADER_MEMORY_MB, VERL_SIDE_MEMORY_MB):
+        pool = reward.grader_pool(reward.DEFAULT_GRADER_WORKERS, memory_mb)
+        with pool._lock:
+            pids += [w.proc.pid for w in (*pool._idle, *pool._busy)]
     out = {}
     for pid in pids:
         try:
@@ -332,11 +335,12 @@ def grader_cpu() -> dict[int, float]:
     return out
 
 
-async def replay(run_single, calls_per_row) -> tuple[float, float, int]:
+async def replay(calls_per_row) -> tuple[float, float, int]:
     """Wall time and CPU time (this process's threads + the math-verify processes) of the recorded run_single
-    calls, each row's in order, all rows concurrently; and how many the grader failed (timeouts: too loaded)."""
+    calls ``(run_single, input)``, each row's in order, all rows concurrently; and how many the grader failed
+    (timeouts: too loaded)."""
     async def row(calls):
-        return [await run_single(data) for data in calls]
+        return [await run_single(data) for run_single, data in calls]
 
     cpu0, workers0 = time.process_time(), grader_cpu()
     t0 = time.perf_counter()
@@ -353,6 +357,11 @@ async def bench(args) -> int:
     logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").setLevel(logging.ERROR)  # once per sample
     tok, config = build_tokenizer(), make_config()
     manager = reward_manager_of(config, tok)
+    # the reward-loop worker's side: the same reward, its own pool of math-verify processes (the pool key differs
+    # by the memory cap, 1 MiB below the default), as in a real run where it is another process
+    verl_config = copy.deepcopy(config)
+    verl_config.reward.custom_reward_function.reward_kwargs.grader_memory_mb = VERL_SIDE_MEMORY_MB
+    verl_manager = reward_manager_of(verl_config, tok)
     failed = False
     print(f"{args.rows} rows per step, median of {args.repeats} rounds (case order alternating), "
           "boxed-math reward through verl's naive reward manager")
@@ -377,19 +386,23 @@ async def bench(args) -> int:
               f"{args.verify_rows} (a 1, b 2), same inputs, same rewards before/after the fix")
         if args.check:
             continue
-        run_single = manager._bench_run_single  # the manager's own method, not the recorder
+        # a row's first scoring by GEC's manager (the agent-loop worker's), its final one by the reward-loop
+        # worker's, each with its own math-verify processes; verl without GEC (a) scores in the reward loop only
+        gec_side, verl_side = manager._bench_run_single, verl_manager.run_single
 
-        def fresh(case, calls=calls):  # run_single mutates extra_info: fresh copies per replay, outside the timing
-            return [[copy.deepcopy(d) for d in c] for c in calls[case]]
+        def fresh(case, rows=None, calls=calls, gec_side=gec_side, verl_side=verl_side):
+            """The case's calls with fresh copies of their inputs (run_single mutates extra_info), untimed."""
+            sides = (verl_side,) if case == CASES[0] else (gec_side, verl_side)
+            return [[(sides[j], copy.deepcopy(d)) for j, d in enumerate(c)] for c in calls[case][:rows]]
 
-        await replay(run_single, fresh(CASES[0]))  # warm-up: grader processes, thread pool
+        await replay(fresh(CASES[1], rows=32))  # warm-up: both sides' grader processes, the thread pool
         times = {c: [] for c in CASES}
         cpus = {c: [] for c in CASES}
         grader_failed = 0
         for r in range(args.repeats):
             for case in (CASES if r % 2 == 0 else CASES[::-1]):
                 inputs = fresh(case)
-                wall, cpu, failures = await replay(run_single, inputs)
+                wall, cpu, failures = await replay(inputs)
                 times[case].append(wall)
                 cpus[case].append(cpu)
                 grader_failed += failures
@@ -410,15 +423,15 @@ async def bench(args) -> int:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--rows", type=int, default=256)
+    p.add_argument("--rows", type=int, default=128)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.5, 0.8])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--verify-rows", type=int, default=32, help="rows on which all three real paths are run")
-    p.add_argument("--quick", action="store_true", help="64 rows, 3 repeats")
+    p.add_argument("--quick", action="store_true", help="48 rows, edit fraction 0.5, 16 verified rows")
     p.add_argument("--check", action="store_true", help="only the recorded counts and rewards, no timing")
     args = p.parse_args()
     if args.quick:
-        args.rows, args.repeats, args.verify_rows = 64, 3, 16
+        args.rows, args.fractions, args.verify_rows = 48, [0.5], 16
     sys.exit(asyncio.run(bench(args)))
 
 
