@@ -1,42 +1,48 @@
-"""Reward time per training step with and without GEC's second scoring of unedited responses, one run.
+"""Reward time per training step with GEC before and after it stopped scoring unedited responses twice, one run.
 
-    python benchmarks/bench_gec_reward.py [--rows 256] [--fractions 0.2 0.5 0.8] [--repeats 5] [--quick] [--check]
+    python benchmarks/bench_gec_reward.py [--rows 128] [--fractions 0.2 0.5 0.8] [--repeats 5] [--quick] [--check]
 
 GEC (``verl_ext/rollout/gec_agent_loop.py``) scores each training response's first attempt with verl's reward
 manager inside the agent loop; verl's ``AgentLoopWorker._compute_score`` then scores the final response unless the
 loop set ``reward_score``. Before the fix every response was scored twice; now (no reward model) an unedited
 response keeps its first score and only edited ones (reflect / answer / solution) are scored again, on their final
-text. Cases, with the boxed-math reward (``pkg://verl_ext.rewards.math``, ``scale=original``: math-verify in a
-subprocess pool) through verl's real reward manager (``load_reward_manager``, ``naive``, built by GEC's
-``reward_manager_of``):
+text. Cases, with the boxed-math reward (``pkg://verl_ext.rewards.math``, ``scale=original``: MATH string check,
+then math-verify in a pool of child processes) through verl's real reward manager (``load_reward_manager``,
+``naive``, built by GEC's ``reward_manager_of``):
 
   (a) verl without GEC: verl's ``SingleTurnAgentLoop``, one ``run_single`` per response (verl's own path);
   (b) GEC before the fix: every response scored twice (the first attempt, then verl's score of the final text);
   (c) GEC after the fix: unedited responses once, edited ones twice.
 
-Nothing of the three is a model: for each batch the benchmark first runs the real agent loops (verl's
-``SingleTurnAgentLoop``; ``GecAgentLoop`` with ``_first_score_is_final`` forced False, which is the code before
-the fix; ``GecAgentLoop`` as it is) on every row, with a fake server that returns the row's response (and a
-reflection continuation), then verl's own ``AgentLoopWorker._agent_loop_postprocess`` / ``_compute_score`` /
-``_postprocess`` with a reward-loop handle that does what ``RewardLoopWorker.compute_score`` does without a reward
-model (``run_single`` of the same manager). Every ``run_single`` call is recorded with its row and input. The
-benchmark asserts the counts per row (a: 1; b: 2; c: 1 unedited, 2 edited), that an edited row is exactly a wrong
-first answer (default GEC settings), and that (b) and (c) give every row the same ``rm_scores`` and reward columns.
-Then it replays each case's recorded calls, timed: per row its calls in order, all rows concurrently in one event
-loop (as a reward-loop worker receives them; the manager runs the reward function in the loop's default thread
-pool), so only reward time is measured, not the agent loop or the fake generation. In a real run (b)'s and (c)'s
-first scorings happen in the agent-loop workers and the final ones in the reward-loop workers; here both are in
-one process.
+The calls are the real code's, not a model of it. Per batch the benchmark runs the real agent loop with a fake
+server that returns the row's response (and a reflection continuation), then verl's own
+``AgentLoopWorker._agent_loop_postprocess`` / ``_compute_score`` / ``_postprocess`` with a reward-loop handle that
+does what ``RewardLoopWorker.compute_score`` does without a reward model (``run_single`` of the same manager), and
+records every ``run_single`` call with its row and input: ``GecAgentLoop`` as it is on every row (c), and on the
+first ``--verify-rows`` rows also verl's ``SingleTurnAgentLoop`` (a) and ``GecAgentLoop`` with
+``_first_score_is_final`` forced False, which is the code before the fix (b). It asserts the calls per row (c: 1
+unedited, 2 edited, edited = exactly the wrong first answers under GEC's defaults; a: 1; b: 2), that (a)'s and
+(b)'s recorded inputs are those derived from (c)'s ((a) its first scoring, (b) an unedited row's first scoring
+twice), and that (b) and (c) give the same branches, ``rm_scores`` and reward columns. ``--check`` stops there.
 
-Batch: ``--rows`` math responses of a few hundred characters (chain-of-thought text, inline LaTeX, a final
-``\\boxed{}``), a fraction ``f`` of them wrong, the rest right in several notations (some settled by the MATH
-string check, some only by math-verify: ``0.75`` for ``\\frac{3}{4}``, ``\\sqrt{28}`` for ``2\\sqrt{7}``, ...), with
-ground truths and reference solutions. With GEC's defaults every wrong response is edited (p 0.5 / 0.25 / 0.25
-reflect / answer / solution, seeded), so the edit fraction is ``f``. Reflection continuations end right for 40% of
-the rows. Per fraction: one warm-up step, then ``--repeats`` rounds with the case order alternating (abc, cba, ...).
-Reported: the median wall time per step of each case, the scorings per step, the ratios (b)/(a) and (c)/(a) (of the
-medians, and the median of the per-round ratios, steadier on a shared machine) and what the fix saves, (c)/(b).
-``--quick``: 64 rows, 3 repeats. ``--check``: only the recorded counts and rewards (no timing), exit 1 on mismatch.
+Timing replays each case's calls for the whole batch: per row in order, all rows concurrently in one event loop (as
+a reward-loop worker receives them; the manager runs the reward function in the loop's default thread pool), so
+only reward time is measured (no agent loop, no generation). A row's first scoring goes to GEC's manager and its
+final one to a second manager with its own math-verify processes (the reward-loop worker's side, a separate pool as
+in a real run, where the two are different processes; one pool would let the repeat of an unedited answer hit
+math-verify's warm caches); (a) scores on the reward-loop side only. Per fraction: one warm-up step, then
+``--repeats`` rounds with the case order alternating (abc, cba, ...). Reported: the median wall time per step of
+each case with its ratio to (a) (of the medians, and the median of the per-round ratios, steadier on a shared
+machine), the CPU time per step (this process's threads + both sides' math-verify processes, from /proc, less
+load-dependent), the scorings per step, and (c)/(b), what the fix saves. The same batch is replayed every round.
+
+Batch: ``--rows`` math responses of 290-530 characters (chain-of-thought filler, inline LaTeX, a final
+``\\boxed{}``) from 8 problem families with random numbers (fraction sums, surds, roots, points, expansions,
+circle areas, binomials, intervals), a fraction ``f`` of them wrong, the rest right in several notations (some
+settled by the string check, some only by math-verify: ``p/q`` for ``\\frac{p}{q}``, ``\\sqrt{k^2 m}`` for
+``k\\sqrt{m}``, ``x = 3``), with ground truths and reference solutions. With GEC's defaults every wrong response is
+edited (p 0.5 / 0.25 / 0.25 reflect / answer / solution, seeded), so the edit fraction is ``f``; reflection
+continuations end right for 40% of the rows. ``--quick``: 48 rows, ``f`` = 0.5, 3 repeats.
 """
 
 from __future__ import annotations
@@ -425,13 +431,13 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=128)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.2, 0.5, 0.8])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--verify-rows", type=int, default=32, help="rows on which all three real paths are run")
-    p.add_argument("--quick", action="store_true", help="48 rows, edit fraction 0.5, 16 verified rows")
+    p.add_argument("--quick", action="store_true", help="48 rows, edit fraction 0.5, 3 repeats, 16 verified rows")
     p.add_argument("--check", action="store_true", help="only the recorded counts and rewards, no timing")
     args = p.parse_args()
     if args.quick:
-        args.rows, args.fractions, args.verify_rows = 48, [0.5], 16
+        args.rows, args.fractions, args.repeats, args.verify_rows = 48, [0.5], 3, 16
     sys.exit(asyncio.run(bench(args)))
 
 
