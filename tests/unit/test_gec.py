@@ -165,6 +165,24 @@ def run_loop(tok, config, server, sampling_params=TRAIN_SP, agent_cls=None, **kw
     return asyncio.run(main())
 
 
+def verl_postprocess(tok, config, outputs, reward_handles=None):
+    """verl's own ``AgentLoopWorker`` post-processing (scoring included) of agent-loop outputs -> DataProto."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    fake = types.SimpleNamespace(rollout_config=config.actor_rollout_ref.rollout, tokenizer=tok, processor=None,
+                                 mm_processor_kwargs={}, reward_loop_worker_handles=reward_handles,
+                                 distillation_enabled=False)
+    for name in ("_pad_token_ids", "_compute_multi_modal_inputs", "_compute_position_ids", "_compute_score",
+                 "_compute_teacher_logprobs", "_get_mm_processor_kwargs", "_agent_loop_postprocess", "_postprocess"):
+        setattr(fake, name, types.MethodType(getattr(AgentLoopWorker, name), fake))
+
+    async def go():
+        outs = [await fake._agent_loop_postprocess(o, False, **sample()) for o in outputs]
+        return fake._postprocess(outs)
+
+    return asyncio.run(go())
+
+
 def ids(tok, text):
     return tok.encode(text, add_special_tokens=False)
 
@@ -299,7 +317,6 @@ def test_with_a_reward_model_verl_scores_even_an_unedited_response(tok, reward_p
 def test_verl_scores_only_the_edited_responses_and_every_row_gets_the_same_reward_columns(tok, reward_path,
                                                                                           verl_loop):
     """verl's own AgentLoopWorker._compute_score and _postprocess with a reward-loop handle (no reward model)."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     from verl_ext.rollout.gec_agent_loop import reward_manager_of
 
@@ -314,19 +331,8 @@ def test_verl_scores_only_the_edited_responses_and_every_row_gets_the_same_rewar
         scored.append(tok.decode(data.batch["responses"][0]))
         return await reward_manager_of(config, tok).run_single(data)
 
-    fake = types.SimpleNamespace(rollout_config=config.actor_rollout_ref.rollout, tokenizer=tok, processor=None,
-                                 mm_processor_kwargs={}, distillation_enabled=False,
-                                 reward_loop_worker_handles=[types.SimpleNamespace(
-                                     compute_score=types.SimpleNamespace(remote=compute_score))])
-    for name in ("_pad_token_ids", "_compute_multi_modal_inputs", "_compute_position_ids", "_compute_score",
-                 "_compute_teacher_logprobs", "_get_mm_processor_kwargs", "_agent_loop_postprocess", "_postprocess"):
-        setattr(fake, name, types.MethodType(getattr(AgentLoopWorker, name), fake))
-
-    async def go():
-        outs = [await fake._agent_loop_postprocess(o, False, **sample()) for o in (kept, edited)]
-        return fake._postprocess(outs)
-
-    data = asyncio.run(go())
+    handle = types.SimpleNamespace(compute_score=types.SimpleNamespace(remote=compute_score))
+    data = verl_postprocess(tok, config, [kept, edited], reward_handles=[handle])
     assert len(scored) == 1 and "boxed{5}" in scored[0]  # only the edited response, once
     assert data.batch["rm_scores"].sum(-1).tolist() == [2.0, 2.0]  # the injected answer is right
     assert list(data.non_tensor_batch["acc"]) == [1.0, 1.0]  # the reward's extra info, from both paths
@@ -638,7 +644,6 @@ def test_untagged_row_is_not_corrected_and_warned(tok, reward_path, verl_loop, c
 
 def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
     """verl's own postprocessing: legacy AgentLoopWorker._postprocess columns, v1 AgentLoopOutput.as_dict."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     config = make_config(reward_path, response_length=96, max_continuation_tokens=32, p_reflect=1.0, p_answer=0.0,
@@ -654,18 +659,7 @@ def test_fields_reach_trainer_batch_legacy_and_v1(tok, reward_path, verl_loop):
     assert len(td) == 2
 
     # legacy: padded per-sample outputs -> DataProto with one non-tensor column per extra field
-    fake = types.SimpleNamespace(rollout_config=config.actor_rollout_ref.rollout, tokenizer=tok, processor=None,
-                                 mm_processor_kwargs={}, reward_loop_worker_handles=None,
-                                 distillation_enabled=False)
-    for name in ("_pad_token_ids", "_compute_multi_modal_inputs", "_compute_position_ids", "_compute_score",
-                 "_compute_teacher_logprobs", "_get_mm_processor_kwargs", "_agent_loop_postprocess", "_postprocess"):
-        setattr(fake, name, types.MethodType(getattr(AgentLoopWorker, name), fake))
-
-    async def go():
-        outs = [await fake._agent_loop_postprocess(o, False, **sample()) for o in (reflect, kept)]
-        return fake._postprocess(outs)
-
-    data = asyncio.run(go())
+    data = verl_postprocess(tok, config, [reflect, kept])
     assert list(data.non_tensor_batch["gec_branch"]) == ["reflect", "none"]
     assert list(data.non_tensor_batch["gec_score_before"]) == [0.0, 1.0]
     n = len(reflect.response_ids)
