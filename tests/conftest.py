@@ -1,8 +1,38 @@
 import os
 
+import pytest
+
 # keep test processes quiet and CPU-only whatever the machine
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # CPU mode is explicit (verl_ext.cpu): unit tests that build verl's engine in this process need it. Tests of the
 # switch itself and the e2e runs start subprocesses with VERL_PLATFORM set or removed as their claim requires.
 os.environ.setdefault("VERL_PLATFORM", "cpu")
+
+# The README's test command runs the suite on two pytest-xdist workers (``-n 2``; pytest.ini: ``--dist loadgroup
+# --no-loadscope-reorder``): one e2e run leaves about half of a 2-core machine idle (its Ray actors take turns), so
+# two at a time. Work units are handed out in the order below, longest first (measured, docs/cpu.md "The test
+# suite's time"), so that the two lanes end together: each e2e test on its own, then the unit tests a module at a
+# time (their module fixtures build toy models, verl engines and Ray clusters once per module, not once per lane).
+# A module not listed keeps its place after the listed ones of its kind.
+E2E_LONGEST_FIRST = ["test_batch_invariance", "test_examples_run", "test_compare", "test_toy_build", "test_vllm_rollout",
+                     "test_multirun", "test_combinations", "test_pipeline", "test_cpu_pipeline", "test_evaluate"]
+UNIT_LONGEST_FIRST = ["test_import_first", "test_examples", "test_toy", "test_plugin", "test_cpu_mode", "test_sweeps",
+                      "test_packaging", "test_config", "test_hf_rollout", "test_gec", "test_entropy_grad"]
+# e2e modules whose tests share a module fixture (one from-scratch toy build): one work unit
+E2E_ONE_UNIT = {"test_toy_build"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into work units
+def pytest_collection_modifyitems(config, items):
+    def rank(item: pytest.Item) -> tuple:
+        module = item.path.stem
+        e2e = item.path.parent.name == "e2e"
+        order = E2E_LONGEST_FIRST if e2e else UNIT_LONGEST_FIRST
+        return (not e2e, order.index(module) if module in order else len(order))
+
+    for item in items:
+        module = item.path.stem
+        if item.path.parent.name != "e2e" or module in E2E_ONE_UNIT:
+            item.add_marker(pytest.mark.xdist_group(f"{item.path.parent.name}/{module}"))
+    items.sort(key=rank)  # stable: the collection order within a rank

@@ -60,7 +60,7 @@ def run_main(tmp_path):
 
     calls = itertools.count(1)
 
-    def _run(*overrides: str, timeout: int = 420) -> Run:
+    def _run(*overrides: str, timeout: int = 600) -> Run:
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
         env.pop("VERL_PLATFORM", None)

@@ -124,12 +124,19 @@ def test_v1_gepo_in_rollout_correction_bypass_mode(run_main):
 def test_v1_padded_batch_enters_no_verl_ext_statistic(run_main):
     """A global mini-batch of 3 prompts x 8 makes verl's _balance_batch pad the 32 rows of a step to 48
     (``padding_utils.upsample_batch_to_divisible_size``, as on e.g. 6 or 12 GPUs): GEC's and verl_ext's metrics
-    count the 32 real rows in 4 groups, and with ``sum_mean`` no padding group (H_g = 0) enters GEPO's statistics."""
+    count the 32 real rows in 4 groups, and with ``sum_mean`` no padding group (H_g = 0) enters GEPO's statistics.
+    Also gepo on the v1 trainer: its thresholds and shaping metrics every step, and advantages shaped."""
     steps = run_main(V1, "algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=sum_mean",
                      "actor_rollout_ref.actor.ppo_mini_batch_size=3").metrics()
     assert sorted(steps) == [1, 2], steps.keys()
+    assert max(v["actor/grad_norm"] for v in steps.values()) > 0  # updated (a zero-advantage step is legal)
+    assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0  # GEPO changed some advantages
     for step, values in steps.items():
         assert values["gec/responses"] == 32 and values["gec/groups"] == 4, (step, values)
+        assert values["gec/acc_after"] >= values["gec/acc_before"]
+        assert values["gepo/H_low"] <= values["gepo/H_high"]
+        assert {"gepo/frac_pos_attenuated", "gepo/frac_neg_attenuated", "verl_ext/adv_var",
+                "verl_ext/response_entropy_mean"} <= set(values), sorted(values)
         assert values["verl_ext/singleton_group_count"] == 0 and values["verl_ext/empty_response_count"] == 0
         assert values["gepo/H_mean"] > 0 and math.isfinite(values["gepo/H_std"])
         assert values["gepo/nonfinite_group_entropy_count"] == 0

@@ -73,7 +73,7 @@ def test_cpu_grpo_legacy_trainer_with_hf_rollout(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]

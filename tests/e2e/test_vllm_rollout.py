@@ -3,7 +3,7 @@
 weight sync after every update, the load balancer and the ``gec_agent`` loop, as GPU users run them.
 
 Each run costs about a minute more than with the ``hf`` backend (vLLM import and engine start), so the claims are
-packed into three runs. A failed weight sync hangs the trainer instead of exiting, hence the hard timeouts
+packed into two runs: the legacy trainer on two replicas, the v1 trainer on one. A failed weight sync hangs the trainer instead of exiting, hence the hard timeouts
 (``run_main`` kills the run). The tests only start subprocesses, so this module imports without vLLM.
 """
 
@@ -16,7 +16,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 VLLM = ("actor_rollout_ref.rollout.name=vllm",)
-TIMEOUT = 480
+TIMEOUT = 720
 BRANCHES = ("reflect", "answer", "solution")
 EQUAL_BRANCHES = ("algorithm.gec.p_reflect=0.34", "algorithm.gec.p_answer=0.33", "algorithm.gec.p_solution=0.33")
 # rollout vs actor probability of every sampled token, fp32 on both sides: vLLM's CPU kernels and the actor's SDPA
@@ -49,11 +49,11 @@ def trained(steps: dict, n: int) -> None:
     assert max(grad_norms[:-1]) > 0, grad_norms
 
 
-def gec_ran(steps: dict) -> None:
+def gec_ran(steps: dict, responses: int = 32) -> None:
     """GEC corrected wrong responses with every branch (summed over the steps) and logged its metrics each step."""
     for values in steps.values():
         # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
-        assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
+        assert values["gec/responses"] == responses and values["gec/acc_after"] >= values["gec/acc_before"]
         assert {"gec/acc_before", "gec/frac_edited", "gec/continuation_tokens", "gec/groups_rescued",
                 "gec/groups_collapsed_before", "gec/groups_collapsed_after"} <= set(values)
     for branch in BRANCHES:
@@ -66,16 +66,6 @@ def edge_grpo_ran(steps: dict) -> None:
     for values in steps.values():
         assert values["edge_grpo/factor_max"] > values["edge_grpo/factor_min"]
     assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
-
-
-def test_vllm_legacy_trainer_edge_grpo_gec(run_main):
-    run = run_main(*VLLM, "trainer.use_v1=false", "algorithm.adv_estimator=edge_grpo", *EQUAL_BRANCHES,
-                   "trainer.total_training_steps=3", timeout=TIMEOUT)
-    served_by_vllm(run)
-    steps = run.metrics()
-    trained(steps, 3)
-    gec_ran(steps)
-    edge_grpo_ran(steps)
 
 
 def test_vllm_v1_trainer_edge_grpo_gec(run_main):
@@ -92,20 +82,22 @@ def test_vllm_v1_trainer_edge_grpo_gec(run_main):
         assert values["training/rollout_probs_diff_max"] <= PROB_TOL, (step, values["training/rollout_probs_diff_max"])
 
 
-def test_vllm_two_replicas_gepo_rollout_logprobs_match_actor(run_main):
-    """GEC off, two training ranks = two vLLM replicas behind verl's load balancer, four steps: after every weight
-    sync both servers sample from the actor's current weights (probability difference <= PROB_TOL on every token), and
-    GEPO reads its group entropy from those rollout log-probs."""
+def test_vllm_legacy_trainer_two_replicas_gepo_gec_rollout_logprobs_match_actor(run_main):
+    """The legacy trainer, two training ranks = two vLLM replicas behind verl's load balancer, four steps, GEC on
+    (every branch; injected tokens masked, as ``gepo.logprob_source=rollout`` needs): after every weight sync both
+    servers sample from the actor's current weights (probability difference <= PROB_TOL on every sampled token, the
+    reflect continuations included), and GEPO reads its group entropy from those rollout log-probs."""
     n = 4
     run = run_main(*VLLM, "trainer.use_v1=false", "algorithm.adv_estimator=gepo", "algorithm.gepo.logprob_source=rollout",
-                   "actor_rollout_ref.rollout.calculate_log_probs=true", "algorithm.gec.enable=false",
-                   "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2", f"trainer.total_training_steps={n}",
-                   "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8", timeout=TIMEOUT)
+                   "actor_rollout_ref.rollout.calculate_log_probs=true", *EQUAL_BRANCHES,
+                   "algorithm.gec.mask_injected=true", "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2",
+                   f"trainer.total_training_steps={n}", "data.train_batch_size=8",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=8", timeout=TIMEOUT)
     served_by_vllm(run, replicas=2)
     steps = run.metrics()
     trained(steps, n)
+    gec_ran(steps, responses=64)
     for step, values in steps.items():
         assert values["training/rollout_probs_diff_valid"] == 1
         assert values["training/rollout_probs_diff_max"] <= PROB_TOL, (step, values["training/rollout_probs_diff_max"])
-        assert not any(k.startswith("gec/count/") and v > 0 for k, v in values.items() if k != "gec/count/none")
         assert values["gepo/H_low"] <= values["gepo/H_high"] and values["gepo/H_mean"] > 0

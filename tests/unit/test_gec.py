@@ -920,3 +920,76 @@ def test_the_legacy_driver_stops_a_step_with_unusable_gec_rows(tok, reward_path,
     trainer._ext_config = None
     trainer.config.algorithm.gec.max_error_frac = 0.5
     trainer._check_gec_errors(bad)
+
+
+# ---------------------------------------------------------------- method, not bug (issue 26 §1)
+
+
+class ReplayServer(FakeServer):
+    """A policy that sampled ``token_ids`` itself, with the given per-token log-probs."""
+
+    def __init__(self, tok, token_ids, log_probs):
+        super().__init__(tok)
+        self.token_ids, self.log_probs = list(token_ids), list(log_probs)
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.calls.append({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)})
+        return TokenOutput(token_ids=self.token_ids, log_probs=self.log_probs, routed_experts=None,
+                           extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3})
+
+
+@pytest.mark.parametrize("branch", ["reflect", "answer", "solution"])
+def test_an_edited_row_is_the_row_verl_builds_had_the_policy_sampled_its_tokens(tok, reward_path, verl_loop,
+                                                                                 branch):
+    """GEC changes a response's text and reward, nothing else: its training row (verl's own post-processing and
+    reward loop) equals field by field the row verl's single-turn loop builds when the policy samples the same final
+    token sequence, and so do the old log-probs the actor recomputes from it (a small random Qwen2 here, through
+    verl's ``logprobs_from_logits``). Only the rollout's log-probs of the injected tokens differ (0.0: nobody
+    sampled them), which only ``rollout.calculate_log_probs`` diagnostics read."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+    from verl.utils.torch_functional import logprobs_from_logits
+
+    from verl_ext.rollout.gec_agent_loop import reward_manager_of
+
+    probs = {"reflect": (1.0, 0.0, 0.0), "answer": (0.0, 1.0, 0.0), "solution": (0.0, 0.0, 1.0)}[branch]
+    config = make_config(reward_path, response_length=96, max_continuation_tokens=32, p_reflect=probs[0],
+                         p_answer=probs[1], p_solution=probs[2])
+    edited = run_loop(tok, config, FakeServer(tok))
+    assert edited.extra_fields["gec_branch"] == branch
+    sampled = run_loop(tok, make_config(reward_path, response_length=96, enable=False),
+                       ReplayServer(tok, edited.response_ids, [lp if lp != 0.0 else -1.0 for lp in edited.response_logprobs]),
+                       agent_cls=SingleTurnAgentLoop)
+    assert sampled.response_ids == edited.response_ids
+
+    async def compute_score(data):  # what RewardLoopWorker.compute_score does without a reward model
+        return await reward_manager_of(config, tok).run_single(data)
+
+    handle = types.SimpleNamespace(compute_score=types.SimpleNamespace(remote=compute_score))
+    a = verl_postprocess(tok, config, [edited], reward_handles=[handle])
+    b = verl_postprocess(tok, config, [sampled], reward_handles=[handle])
+    for key in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rm_scores"):
+        assert torch.equal(a.batch[key], b.batch[key]), key
+    assert a.batch["rm_scores"].sum().item() == 1.0  # the corrected response is right, for both
+    injected = torch.tensor([lp == 0.0 for lp in edited.response_logprobs])
+    assert injected.any()
+    width = len(edited.response_ids)
+    assert torch.equal(a.batch["rollout_log_probs"][0, :width] == b.batch["rollout_log_probs"][0, :width],
+                       ~injected)
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                         max_position_embeddings=256)).eval()
+
+    def old_log_probs(data):  # what verl's actor computes for the response positions
+        with torch.no_grad():
+            logits = model(input_ids=data.batch["input_ids"], attention_mask=data.batch["attention_mask"],
+                           position_ids=data.batch["position_ids"]).logits
+        n = data.batch["responses"].shape[1]
+        return logprobs_from_logits(logits[:, -n - 1:-1], data.batch["responses"])
+
+    assert torch.equal(old_log_probs(a), old_log_probs(b))
