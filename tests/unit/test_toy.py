@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -497,3 +499,31 @@ def test_toy_options_checked_at_start_up():
     ):
         with pytest.raises(ConfigError, match=match):
             check_toy_options(cfg(toy, train_files))
+
+
+def test_a_build_that_loses_the_rename_race_uses_the_winners(tmp_path, monkeypatch):
+    """Two processes building the same toy cache (e.g. two test workers' first runs): the one whose rename comes
+    second, after its ``root.exists()`` check saw nothing, returns the winner's complete build instead of failing."""
+
+    def fake_build(into, **kwargs):  # what a complete build leaves
+        (into / "model").mkdir()
+        (into / "model" / "model.safetensors").write_bytes(b"w")
+        for name in ("train.parquet", "val.parquet"):
+            (into / name).write_bytes(b"p")
+        (into / toy_build._MANIFEST).write_text(json.dumps({"task": "reason", "winner": into.name}))
+        return {"task": "reason"}
+
+    real_replace = os.replace
+
+    def replace_after_the_winner(src, dst):  # the winner renames its build into place just before ours
+        winner = Path(tempfile.mkdtemp(prefix="winner-", dir=str(tmp_path)))
+        fake_build(winner)
+        real_replace(winner, dst)
+        monkeypatch.setattr(toy_build.os, "replace", real_replace)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(toy_build, "_build_into", fake_build)
+    monkeypatch.setattr(toy_build.os, "replace", replace_after_the_winner)
+    assets = toy_build._build_or_reuse(tmp_path, force=False, verbose=False, task="reason", from_scratch=False)
+    assert not assets.built and assets.stats["winner"].startswith("winner-")
+    assert not any(p.name.startswith(".building-") for p in tmp_path.iterdir())  # our build was removed

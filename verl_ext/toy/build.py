@@ -430,7 +430,14 @@ def _build_or_reuse(cache_dir, force: bool, verbose: bool, task: str, from_scrat
             old = base / f".old-{root.name}-{os.getpid()}-{time.time_ns()}"
             os.replace(root, old)
             shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, root)
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another process renamed its build into place since the check above
+            if force or not _is_complete(root):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            with open(root / _MANIFEST) as f:
+                return _assets_for(root, built=False, stats=json.load(f))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
