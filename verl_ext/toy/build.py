@@ -409,15 +409,19 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = F
     return replace(assets, train_parquet=train_parquet_for(assets, sources))
 
 
+def _reused(root: Path) -> ToyAssets:
+    """The assets of a complete build already in the cache."""
+    with open(root / _MANIFEST) as f:
+        return _assets_for(root, built=False, stats=json.load(f))
+
+
 def _build_or_reuse(cache_dir, force: bool, verbose: bool, task: str, from_scratch: bool) -> ToyAssets:
     base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     base.mkdir(parents=True, exist_ok=True)
     root = base / (f"toy-{_fingerprint(task)}" if task == "add" else f"toy-{task}-{_fingerprint(task)}")
 
     if not force and _is_complete(root):
-        with open(root / _MANIFEST) as f:
-            stats = json.load(f)
-        return _assets_for(root, built=False, stats=stats)
+        return _reused(root)
 
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=str(base)))
     try:
@@ -425,8 +429,7 @@ def _build_or_reuse(cache_dir, force: bool, verbose: bool, task: str, from_scrat
         if root.exists():
             if not force and _is_complete(root):  # another process won the race
                 shutil.rmtree(tmp, ignore_errors=True)
-                with open(root / _MANIFEST) as f:
-                    return _assets_for(root, built=False, stats=json.load(f))
+                return _reused(root)
             old = base / f".old-{root.name}-{os.getpid()}-{time.time_ns()}"
             os.replace(root, old)
             shutil.rmtree(old, ignore_errors=True)
@@ -436,8 +439,7 @@ def _build_or_reuse(cache_dir, force: bool, verbose: bool, task: str, from_scrat
             if force or not _is_complete(root):
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
-            with open(root / _MANIFEST) as f:
-                return _assets_for(root, built=False, stats=json.load(f))
+            return _reused(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
