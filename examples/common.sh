@@ -22,8 +22,8 @@ vx_die() {
 # vx_method METHOD: sets METHOD_OVERRIDES, the algorithm keys of a method. Every key a row depends on is set, so a
 # row means the same on any config: the EDGE-GRPO paper's four rows (grpo, force_r, force_r_eda, edge_grpo), GEC
 # alone on grpo, edge_grpo with the degenerate-edit guard (wrong replies with no token of their own before EOS stay
-# uncorrected: algorithm.gec.min_own_tokens=1, docs/toy.md), EDA alone, and GEPO with statistics over the whole batch
-# or per data_source.
+# uncorrected: algorithm.gec.min_own_tokens=1, docs/toy.md), EDA alone, GEPO with statistics over the whole batch
+# or per data_source, each GEC branch alone, GEC's credit options, EDA's gradient mode.
 vx_method() {
     case "$1" in
         grpo) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=false) ;;
@@ -42,7 +42,33 @@ vx_method() {
                                 algorithm.gepo.stats_scope=global) ;;
         gepo_per_source) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
                                            algorithm.gepo.stats_scope=per_data_source) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source)" ;;
+        # one GEC branch alone (issue 26 §1; reflect alone is force_r_eda), and the paper's mix with the injected
+        # tokens out of the loss
+        gec_answer) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true algorithm.gec.mode=gec
+                                      algorithm.gec.p_reflect=0 algorithm.gec.p_answer=1 algorithm.gec.p_solution=0) ;;
+        gec_solution) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                        algorithm.gec.mode=gec algorithm.gec.p_reflect=0 algorithm.gec.p_answer=0
+                                        algorithm.gec.p_solution=1) ;;
+        edge_grpo_masked) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                            algorithm.gec.mode=gec algorithm.gec.mask_injected=true) ;;
+        # GEC's credit options (docs/gec.md "Credit options"), each alone with edge_grpo, and all three together
+        edge_grpo_scope) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                           algorithm.gec.mode=gec algorithm.gec.edit_scope=all_wrong_groups) ;;
+        edge_grpo_before) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                            algorithm.gec.mode=gec algorithm.gec.prefix_advantage=before) ;;
+        edge_grpo_zero) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                          algorithm.gec.mode=gec algorithm.gec.prefix_advantage=zero) ;;
+        edge_grpo_shaped) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                            algorithm.gec.mode=gec algorithm.gec.injected_loss=shaped) ;;
+        edge_grpo_credit) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                            algorithm.gec.mode=gec algorithm.gec.edit_scope=all_wrong_groups
+                                            algorithm.gec.prefix_advantage=before algorithm.gec.injected_loss=shaped) ;;
+        # EDA in the official code's gradient mode (through 1/H_i), alone and with GEC
+        eda_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=false
+                                    algorithm.edge_grpo.entropy_grad=true) ;;
+        edge_grpo_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                          algorithm.gec.mode=gec algorithm.edge_grpo.entropy_grad=true) ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit eda_grad edge_grpo_grad)" ;;
     esac
 }
 

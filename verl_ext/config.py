@@ -19,6 +19,9 @@ from verl_ext.names import (
     BASE_ADVANTAGES,
     EMA_INITS,
     ENTROPY_ESTIMATORS,
+    GEC_EDIT_SCOPES,
+    GEC_INJECTED_LOSSES,
+    GEC_PREFIX_ADVANTAGES,
     THRESHOLD_SOURCES,
 )
 
@@ -153,6 +156,16 @@ class GecConfig:
     # share of a step's GEC training rollouts whose row data GEC could not use (no ground truth for a drawn answer,
     # unknown extra_info.sampling_params keys; counted in gec/errors) above which the run stops; 0: the first one
     max_error_frac: float = 0.0
+    # Credit options (docs/gec.md "Credit options"; not in the paper, whose behaviour each default keeps):
+    # all: edit every wrong response | all_wrong_groups: only in groups whose first attempts are all wrong
+    edit_scope: str = "all"
+    # what the policy's own tokens before an edit get: after = the corrected response's advantage (the paper),
+    # before = the advantage its group's pre-correction rewards give it, zero = none (masked)
+    prefix_advantage: str = "after"
+    # injected answer/solution tokens: policy = trained as policy tokens (the paper) | shaped = LUFFY's off-policy
+    # term -Â·f(π_θ), f(p) = p/(p+shaping_gamma), no clip (arXiv 2504.14945)
+    injected_loss: str = "policy"
+    shaping_gamma: float = 0.1
 
     def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
         _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
@@ -170,7 +183,26 @@ class GecConfig:
                and self.min_own_tokens >= 0, f"{prefix}.min_own_tokens", self.min_own_tokens,
                "must be an integer >= 0 (0: off)")
         _unit_interval(f"{prefix}.max_error_frac", self.max_error_frac)
+        _choice(f"{prefix}.edit_scope", self.edit_scope, GEC_EDIT_SCOPES)
+        _choice(f"{prefix}.prefix_advantage", self.prefix_advantage, GEC_PREFIX_ADVANTAGES)
+        _choice(f"{prefix}.injected_loss", self.injected_loss, GEC_INJECTED_LOSSES)
+        _check(isinstance(self.shaping_gamma, (int, float)) and not isinstance(self.shaping_gamma, bool)
+               and 0 < self.shaping_gamma < float("inf"), f"{prefix}.shaping_gamma", self.shaping_gamma,
+               "must be a number > 0 (LUFFY's f(p) = p/(p+gamma); 0.1 in the paper)")
+        if self.injected_loss == "shaped":
+            _check(not self.mask_injected, f"{prefix}.injected_loss", self.injected_loss,
+                   f"has nothing to train with {prefix}.mask_injected=true (the injected tokens leave the loss); "
+                   "use one of the two")
+            _check(self.mode == "gec" and self.p_answer + self.p_solution > 0, f"{prefix}.injected_loss",
+                   self.injected_loss, f"applies to injected answers and solutions, which {prefix}.mode={self.mode} "
+                   f"with p_answer={self.p_answer}, p_solution={self.p_solution} never draws; use injected_loss=policy")
         return self
+
+    def credit_options(self) -> dict[str, Any]:
+        """The credit options that differ from the paper's behaviour (``edit_scope``, ``prefix_advantage``,
+        ``injected_loss``), as {key: value}."""
+        defaults = {"edit_scope": "all", "prefix_advantage": "after", "injected_loss": "policy"}
+        return {k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v}
 
     def answer_drawable(self) -> str | None:
         """Which rows can draw the answer injection (and need a ground truth): "all" (p_answer > 0), "no_solution"

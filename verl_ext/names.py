@@ -10,6 +10,12 @@ ENTROPY_ESTIMATORS = ("token_mean", "sum_mean", "resp_mean_of_means", "full_entr
 THRESHOLD_SOURCES = ("ema", "window")  # algorithm.gepo.threshold_source: algos/history.py
 EMA_INITS = ("first_batch", "warmup_pool")  # algorithm.gepo.ema_init: algos/history.py
 GEC_AGENT_NAME = "gec_agent"  # the agent loop verl_ext registers (rollout/gec_agent_loop.py)
+# GEC's credit options (docs/gec.md "Credit options"), the paper's first: which wrong responses GEC edits
+# (rollout/gec_agent_loop.py), what the policy's own tokens before an edit get, how injected answer/solution tokens
+# are trained (algos/gec_credit.py)
+GEC_EDIT_SCOPES = ("all", "all_wrong_groups")
+GEC_PREFIX_ADVANTAGES = ("after", "before", "zero")
+GEC_INJECTED_LOSSES = ("policy", "shaped")
 
 # A per-row column verl_ext's trainers add to every row they send to rollout while GEC is on: True on training
 # rows, False on validation rows. verl hands row columns to agent loops as keyword arguments, so ``gec_agent``

@@ -189,7 +189,48 @@ def check_gec_router_replay(config: Any, ext: ExtAlgorithmConfig) -> None:
             f"({ROLLOUT_ROUTING_KEY}=false and router_replay.mode=disabled or R2) or set algorithm.gec.enable=false")
 
 
-FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay)
+# estimators whose advantage needs more than the group's outcomes (a critic's values, a greedy baseline's reward):
+# the advantage of the first attempts' rewards cannot be recomputed from the batch
+NO_PRE_CORRECTION_ADVANTAGE = ("gae", "remax")
+
+
+def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """GEC's credit options (docs/gec.md "Credit options") against the rest of the run."""
+    gec = ext.gec
+    options = gec.credit_options()
+    if not options:
+        return
+    named = ", ".join(f"algorithm.gec.{k}={v}" for k, v in options.items())
+    if not gec.enable:
+        raise ConfigError(f"{named} with algorithm.gec.enable=false: the credit options apply to the responses GEC "
+                          "edits; set algorithm.gec.enable=true or leave them at their defaults")
+    algo = config_value(config, "algorithm")
+    estimator = str(config_value(algo, "adv_estimator", ""))
+    if gec.prefix_advantage == "before" and estimator in NO_PRE_CORRECTION_ADVANTAGE:
+        raise ConfigError(
+            f"algorithm.gec.prefix_advantage=before with algorithm.adv_estimator={estimator}: its advantage needs more "
+            "than the group's rewards (a critic's values / a greedy baseline), so the advantage of the first attempts' "
+            "rewards cannot be recomputed; use prefix_advantage=zero or a group estimator (grpo, rloo, edge_grpo, gepo)")
+    if gec.injected_loss == "shaped":
+        for key, on in (("algorithm.edge_grpo.entropy_grad=true",
+                         estimator == "edge_grpo" and ext.edge_grpo.entropy_grad),
+                        ("distillation.enabled=true", bool(config_value(config, "distillation.enabled", False)))):
+            if on:
+                raise ConfigError(
+                    f"algorithm.gec.injected_loss=shaped cannot be combined with {key}: each replaces the actor's loss "
+                    "(verl's set_loss_fn) and verl_ext has no loss that does both; use one of them")
+    if gec.edit_scope == "all_wrong_groups" and not config_value(config, "trainer.use_v1", True):
+        prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
+        workers = int(config_value(config, "actor_rollout_ref.rollout.agent.num_workers", 1) or 1)
+        if prompts % workers:
+            raise ConfigError(
+                f"algorithm.gec.edit_scope=all_wrong_groups with data.train_batch_size={prompts} and "
+                f"actor_rollout_ref.rollout.agent.num_workers={workers}: GEC decides a group's edits in the agent-loop "
+                "worker that runs it, and verl's legacy trainer splits the batch into equal chunks per worker, which "
+                "would cut groups apart; make train_batch_size a multiple of agent.num_workers")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay, check_gec_credit_options)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

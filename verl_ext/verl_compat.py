@@ -250,12 +250,14 @@ def check_reward_manager() -> None:
     require_attrs(reward, "load_reward_manager")
 
 
-def check_entropy_grad_loss() -> None:
-    """``algorithm.edge_grpo.entropy_grad``: the actor loss installed with verl's ``set_loss_fn``."""
+def check_actor_loss_fn() -> None:
+    """The actor losses verl_ext installs with verl's ``set_loss_fn``: ``edge_grpo.entropy_grad``,
+    ``gec.injected_loss=shaped``."""
     losses = require_module("verl.workers.utils.losses")
     padding = require_module("verl.workers.utils.padding")
     engine_workers = require_module("verl.workers.engine_workers")
     require_attrs(losses, "ppo_loss")
+    require_attrs(require_module("verl.trainer.ppo.core_algos"), "agg_loss")
     require_attrs(padding, "no_padding_2_padding")
     require_attrs(engine_workers.ActorRolloutRefWorker, "set_loss_fn")
 

@@ -9,6 +9,7 @@
 #   SEEDS    default "1 2 3"
 #   JOBS     runs at a time, default 1 (one lane per seed: a lane runs its seed's methods one after another)
 #   LAST     training steps averaged in the report's table, default 20
+#   VAL_EVERY  validation every this many steps (trainer.test_freq), default 20: the curves show the trajectory
 #   STEPS, DRY_RUN, PYTHON, OUTPUT_ROOT, WANDB_API_KEY: as ./train.sh. Extra arguments go to every run.
 # Runs land in $OUTPUT_ROOT/verl_ext_toy/toy_<method>_seed<seed>, the report in $OUTPUT_ROOT/verl_ext_toy/compare.
 # A failed run does not stop the others; the script exits non-zero at the end, naming them.
@@ -20,6 +21,7 @@ METHODS="${METHODS:-grpo eda grpo_gec edge_grpo gepo edge_grpo_guard}"
 SEEDS="${SEEDS:-1 2 3}"
 JOBS="${JOBS:-1}"
 LAST="${LAST:-20}"
+VAL_EVERY="${VAL_EVERY:-20}"
 [[ -z "${RUN_DIR:-}" ]] || vx_die "RUN_DIR is per run; set OUTPUT_ROOT for a comparison"
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || vx_die "JOBS must be a positive integer, not '$JOBS'"
 for method in $METHODS; do vx_method "$method"; done  # an unknown method stops here, before any run
@@ -31,7 +33,8 @@ lane() {  # one seed's methods, one after another
     shift
     for method in $METHODS; do
         echo "=== compare: METHOD=$method SEED=$seed" >&2
-        METHOD="$method" SEED="$seed" "$here/train.sh" "$@" || touch "$failed_dir/METHOD=$method SEED=$seed"
+        METHOD="$method" SEED="$seed" "$here/train.sh" "trainer.test_freq=$VAL_EVERY" "$@" \
+            || touch "$failed_dir/METHOD=$method SEED=$seed"
     done
 }
 running=0

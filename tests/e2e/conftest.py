@@ -4,6 +4,7 @@ through verl's own ``file`` logger (``metrics.jsonl``), not the console."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -83,3 +84,20 @@ def run_main(tmp_path):
         return run
 
     return _run
+
+
+def assert_shaped_training(steps: dict, expected_steps: list[int]) -> None:
+    """Every step: finite losses, the methods' metrics, GEC ran. The run: the actor was updated (a step whose groups
+    all share one reward has zero advantages and no update, which is legal) and some advantages were shaped."""
+    assert sorted(steps) == expected_steps, steps.keys()
+    for step, values in steps.items():
+        for key in ("actor/pg_loss", "actor/grad_norm"):
+            assert math.isfinite(values[key]), (step, key, values[key])
+        assert {"edge_grpo/factor_mean", "gepo/frac_pos_attenuated", "verl_ext/collapsed_group_frac"} <= set(values)
+        # GEPO's thresholds: gepo/H_low, or gepo/<data source>/H_low with stats_scope=per_data_source
+        assert any(k.startswith("gepo/") and k.endswith("/H_high") for k in values), sorted(values)
+        # GEC edits only wrong responses and judges right/wrong by one rule before and after: accuracy cannot
+        # fall (whatever the reward's scale; the reward itself can, e.g. a reflection that loses the format)
+        assert values["gec/responses"] > 0 and values["gec/acc_after"] >= values["gec/acc_before"]
+    assert max(v["actor/grad_norm"] for v in steps.values()) > 0
+    assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0

@@ -15,45 +15,13 @@ import sys
 
 import pytest
 
+from tests.e2e.conftest import assert_shaped_training
 from verl_ext.trainer.history_checkpoint import STATE_FILE
 
 pytestmark = pytest.mark.e2e
 
 EDA_AND_GEPO = ["algorithm.adv_estimator=gepo", "algorithm.gepo.base=edge_grpo"]
 V1 = "trainer.use_v1=true"
-
-
-def assert_shaped_training(steps: dict, expected_steps: list[int]) -> None:
-    """Every step: finite losses, the methods' metrics, GEC ran. The run: the actor was updated (a step whose groups
-    all share one reward has zero advantages and no update, which is legal) and some advantages were shaped."""
-    assert sorted(steps) == expected_steps, steps.keys()
-    for step, values in steps.items():
-        for key in ("actor/pg_loss", "actor/grad_norm"):
-            assert math.isfinite(values[key]), (step, key, values[key])
-        assert {"edge_grpo/factor_mean", "gepo/H_low", "gepo/H_high", "gepo/frac_pos_attenuated",
-                "verl_ext/collapsed_group_frac"} <= set(values), sorted(values)
-        # GEC edits only wrong responses and judges right/wrong by one rule before and after: accuracy cannot
-        # fall (whatever the reward's scale; the reward itself can, e.g. a reflection that loses the format)
-        assert values["gec/responses"] > 0 and values["gec/acc_after"] >= values["gec/acc_before"]
-    assert max(v["actor/grad_norm"] for v in steps.values()) > 0
-    assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
-
-
-def test_drgrpo_kl_loss_two_epochs_two_minibatches_legacy(run_main):
-    """Dr.GRPO (no std, seq-mean-token-sum-norm) + KL loss against a reference model + 2 PPO epochs over 2
-    mini-batches: the ratio leaves 1 (GEC's injected tokens included) and every loss and grad norm stays finite."""
-    steps = run_main("trainer.use_v1=false", *EDA_AND_GEPO,
-                     "algorithm.norm_adv_by_std_in_grpo=false",
-                     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
-                     "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
-                     "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8").metrics()
-    assert_shaped_training(steps, [1, 2])
-    for values in steps.values():
-        assert math.isfinite(values["actor/kl_loss"]) and math.isfinite(values["actor/ppo_kl"])
-    # 2 epochs x 2 mini-batches moved the policy within the step (ratio != 1) and away from the reference
-    assert max(abs(v["actor/ppo_kl"]) for v in steps.values()) > 0
-    assert steps[2]["actor/kl_loss"] > 0
 
 
 def test_v1_colocate_async_with_filter_groups_then_kill_and_resume(run_main, tmp_path):
@@ -125,9 +93,12 @@ def test_v1_padded_batch_enters_no_verl_ext_statistic(run_main):
     """A global mini-batch of 3 prompts x 8 makes verl's _balance_batch pad the 32 rows of a step to 48
     (``padding_utils.upsample_batch_to_divisible_size``, as on e.g. 6 or 12 GPUs): GEC's and verl_ext's metrics
     count the 32 real rows in 4 groups, and with ``sum_mean`` no padding group (H_g = 0) enters GEPO's statistics.
-    Also gepo on the v1 trainer: its thresholds and shaping metrics every step, and advantages shaped."""
+    Also gepo on the v1 trainer: its thresholds and shaping metrics every step, and advantages shaped; and GEC's
+    credit options on v1 (the prefix's own-reward advantage, the shaped loss's mask through TransferQueue): they
+    count the real rows' tokens only."""
     steps = run_main(V1, "algorithm.adv_estimator=gepo", "algorithm.gepo.entropy_estimator=sum_mean",
-                     "actor_rollout_ref.actor.ppo_mini_batch_size=3").metrics()
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=3", "algorithm.gec.edit_scope=all_wrong_groups",
+                     "algorithm.gec.prefix_advantage=before", "algorithm.gec.injected_loss=shaped").metrics()
     assert sorted(steps) == [1, 2], steps.keys()
     assert max(v["actor/grad_norm"] for v in steps.values()) > 0  # updated (a zero-advantage step is legal)
     assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0  # GEPO changed some advantages
@@ -140,3 +111,9 @@ def test_v1_padded_batch_enters_no_verl_ext_statistic(run_main):
         assert values["verl_ext/singleton_group_count"] == 0 and values["verl_ext/empty_response_count"] == 0
         assert values["gepo/H_mean"] > 0 and math.isfinite(values["gepo/H_std"])
         assert values["gepo/nonfinite_group_entropy_count"] == 0
+        assert values["gepo/history_updates"] == step  # one update per step, the r0 pass's copy aside
+        edits = sum(values[f"gec/count/{b}"] for b in ("reflect", "answer", "solution", "solution_fallback"))
+        assert values["gec/count/group_not_all_wrong"] + edits + values["gec/count/none"] <= 32
+        assert values["gec/credit/off_policy_token_count"] <= values["gec/injected_tokens"]
+        if values["gec/credit/off_policy_token_count"] > 0:
+            assert 0 < values["gec/credit/off_policy_prob_mean"] <= 1

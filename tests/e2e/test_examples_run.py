@@ -7,11 +7,17 @@ file (verl's file logger would truncate it). The run is GEPO with per-data-sourc
 (the toy's default trainer), so it also proves that GEPO's driver-side history goes into the checkpoint and comes
 back exactly, then keeps counting (v1's save/kill/resume: test_combinations' colocate_async test). Two short runs of
 the toy task (2 steps, then 1 more), ~3 min on 2 cores.
+
+The same runs carry the legacy trainer's combination of docs/combinations.md (CI time: one run proves both): EDA and
+GEPO in one estimator (``gepo.base=edge_grpo``) with GEC on, Dr.GRPO (no std, ``seq-mean-token-sum-norm``), a KL
+loss against a reference model and 2 PPO epochs over 2 mini-batches: the ratio leaves 1 (GEC's injected tokens
+included) and every loss and grad norm stays finite, before and after the resume.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SMALL_RUN, read_metrics
+from tests.e2e.conftest import SMALL_RUN, assert_shaped_training, read_metrics
 from verl_ext.trainer.history_checkpoint import STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +43,11 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     overrides = [o for o in SMALL_RUN if not o.startswith(("trainer.total_training_steps", "trainer.save_freq"))]
     overrides.append("algorithm.gepo.stats_scope=per_data_source")
+    overrides += ["algorithm.gepo.base=edge_grpo", "algorithm.gec.enable=true",  # EDA + GEPO + GEC
+                  "algorithm.norm_adv_by_std_in_grpo=false", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+                  "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                  "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8"]
     run_dir = tmp_path / "out" / "verl_ext_toy" / "toy_gepo_seed3"
 
     def train(steps: int) -> subprocess.CompletedProcess:
@@ -49,9 +60,18 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
     def history(step: int) -> dict:
         return json.loads((run_dir / "checkpoints" / f"global_step_{step}" / STATE_FILE).read_text())["entropy_history"]
 
+    def combination_trained(steps: dict, expected: list[int]) -> None:
+        assert_shaped_training(steps, expected)
+        for values in steps.values():
+            assert math.isfinite(values["actor/kl_loss"]) and math.isfinite(values["actor/ppo_kl"])
+        # 2 epochs x 2 mini-batches moved the policy within the step (ratio != 1) and away from the reference
+        assert max(abs(v["actor/ppo_kl"]) for v in steps.values()) > 0
+
     train(2)
     assert _steps(run_dir / "metrics.jsonl") == [1, 2]
+    combination_trained(read_metrics(run_dir / "metrics.jsonl"), [1, 2])
     first = read_metrics(run_dir / "metrics.jsonl")[2]
+    assert first["actor/kl_loss"] > 0
     assert "verl_ext/collapsed_group_frac" in first  # verl_ext's step metrics reached the file
     # GEPO's history in the checkpoint: one update per step in which the data source had groups (a 4-prompt batch
     # need not hold both sources), as logged
@@ -67,9 +87,12 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
     output = proc.stdout + proc.stderr
     assert "global_step_2" in output
     assert _steps(run_dir / "metrics.jsonl") == [3]
+    logged = read_metrics(run_dir / "metrics.jsonl")[3]
+    # the combination after the resume (one step: finite, not necessarily an update, a zero-advantage step is legal)
+    assert all(math.isfinite(logged[k]) for k in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/ppo_kl"))
     restored = [line for line in output.splitlines() if "[verl_ext] restored entropy history" in line]
     assert restored and json.loads(restored[0].split(": ", 1)[1]) == saved  # the thresholds before the stop, exactly
-    after, logged = history(3), read_metrics(run_dir / "metrics.jsonl")[3]
+    after = history(3)
     for scope, state in saved["scopes"].items():  # then updates on top of them, not a re-seed
         assert after["scopes"][scope]["num_updates"] == logged[f"gepo/{scope}/history_updates"]
         assert state["num_updates"] <= after["scopes"][scope]["num_updates"] <= state["num_updates"] + 1

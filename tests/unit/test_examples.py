@@ -103,18 +103,35 @@ def gepo_expect(task: str, method: str, model: str, out: str, **extra) -> dict:
     return exp
 
 
+# the toy methods of examples/common.sh beyond the estimator and GEC switch: what each sets
+TOY_METHOD_KEYS = {
+    "gec_answer": {"algorithm.gec.p_reflect": 0, "algorithm.gec.p_answer": 1, "algorithm.gec.p_solution": 0},
+    "gec_solution": {"algorithm.gec.p_reflect": 0, "algorithm.gec.p_answer": 0, "algorithm.gec.p_solution": 1},
+    "edge_grpo_masked": {"algorithm.gec.mask_injected": True},
+    "edge_grpo_scope": {"algorithm.gec.edit_scope": "all_wrong_groups"},
+    "edge_grpo_before": {"algorithm.gec.prefix_advantage": "before"},
+    "edge_grpo_zero": {"algorithm.gec.prefix_advantage": "zero"},
+    "edge_grpo_shaped": {"algorithm.gec.injected_loss": "shaped"},
+    "edge_grpo_credit": {"algorithm.gec.edit_scope": "all_wrong_groups", "algorithm.gec.prefix_advantage": "before",
+                         "algorithm.gec.injected_loss": "shaped"},
+    "eda_grad": {"algorithm.edge_grpo.entropy_grad": True},
+    "edge_grpo_grad": {"algorithm.edge_grpo.entropy_grad": True},
+    "gepo_per_source": {"algorithm.gepo.stats_scope": "per_data_source"},
+    "edge_grpo_guard": {"algorithm.gec.min_own_tokens": 1},
+}
+
+
 def toy_expect(method: str, seed: str, steps: int, out: str) -> dict:
-    estimator = {"grpo": "grpo", "edge_grpo": "edge_grpo", "eda": "edge_grpo", "grpo_gec": "grpo",
-                 "edge_grpo_guard": "edge_grpo", "gepo": "gepo", "gepo_per_source": "gepo"}[method]
+    estimator = {"grpo": "grpo", "grpo_gec": "grpo", "gepo": "gepo", "gepo_per_source": "gepo"}.get(method, "edge_grpo")
     paths = run_paths("verl_ext_toy", f"toy_{method}_seed{seed}", out)
     paths.update({"data.seed": int(seed), "actor_rollout_ref.rollout.seed": int(seed)})
     exp = {"algorithm.adv_estimator": estimator,
-           "algorithm.gec.enable": method in ("edge_grpo", "grpo_gec", "edge_grpo_guard"),
-           "algorithm.gec.min_own_tokens": 1 if method == "edge_grpo_guard" else 0,
+           "algorithm.gec.enable": method not in ("grpo", "eda", "gepo", "gepo_per_source", "eda_grad"),
+           "algorithm.gec.min_own_tokens": 0, "algorithm.gec.edit_scope": "all",
+           "algorithm.gec.prefix_advantage": "after", "algorithm.gec.injected_loss": "policy",
            "trainer.device": "cpu", "actor_rollout_ref.rollout.name": "hf", "actor_rollout_ref.rollout.n": 8,
            "trainer.total_training_steps": steps, "trainer.logger": ["console", "file"], **paths}
-    if method == "gepo_per_source":
-        exp["algorithm.gepo.stats_scope"] = "per_data_source"
+    exp.update(TOY_METHOD_KEYS.get(method, {}))
     return exp
 
 
@@ -148,8 +165,10 @@ def cases(out: str) -> dict[str, Case]:
                             **{"reward.custom_reward_function.path": "/placeholder/reward.py",
                                "trainer.total_epochs": 1})])
     c["toy/train.sh"] = Case(expect=[toy_expect("edge_grpo", SEED, 60, out)])
-    c["toy/sweep.sh"] = Case(env={"METHODS": "grpo gepo_per_source", "SEEDS": "3 4", "STEPS": "5"},
-                             expect=[toy_expect(m, s, 5, out) for s in ("3", "4") for m in ("grpo", "gepo_per_source")])
+    # the sweep with the other methods of common.sh (the comparison's are below)
+    others = ("gepo_per_source", *(m for m in TOY_METHOD_KEYS if m not in ("gepo_per_source", "edge_grpo_guard")))
+    c["toy/sweep.sh"] = Case(env={"METHODS": " ".join(others), "SEEDS": "3 4", "STEPS": "5"},
+                             expect=[toy_expect(m, s, 5, out) for s in ("3", "4") for m in others])
     # the comparison: the same seeds for every method, one seed's methods after another (JOBS=1)
     # its default METHODS: the six of the comparison (issue 19), the guard's row included
     c["toy/compare.sh"] = Case(env={"SEEDS": "3 4", "STEPS": "5"},

@@ -729,6 +729,38 @@ def test_guard_leaves_short_wrong_replies_uncorrected(tok, reward_path, verl_loo
         assert out.extra_fields["gec_injected_tokens"] > 0
 
 
+def _run_group(tok, config, firsts, uid):
+    """One group's samples as verl's agent-loop worker runs them: concurrent tasks of one event loop."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import GecAgentLoop
+
+    async def main():
+        loops = [GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=FakeServer(tok, first=first),
+                              tokenizer=tok, processor=None, dataset_cls=RLHFDataset,
+                              data_config=DictConfigWrap(config.data)) for first in firsts]
+        return await asyncio.gather(*(loop.run(dict(TRAIN_SP), **sample(uid=uid)) for loop in loops))
+
+    return asyncio.run(main())
+
+
+def test_edit_scope_all_wrong_groups_edits_only_groups_without_a_right_first_attempt(tok, reward_path, verl_loop):
+    config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 3
+    mixed = _run_group(tok, config, [FIRST_WRONG, FIRST_RIGHT, FIRST_WRONG], uid="mixed")
+    assert [o.extra_fields["gec_branch"] for o in mixed] == ["group_not_all_wrong", "none", "group_not_all_wrong"]
+    for out in mixed:  # untouched: the policy's own response, its own score (plain GRPO)
+        assert out.extra_fields["gec_injected_tokens"] == 0 and out.reward_score is not None
+    hard = _run_group(tok, config, [FIRST_WRONG] * 3, uid="hard")
+    assert [o.extra_fields["gec_branch"] for o in hard] == ["answer"] * 3
+    # the paper's scope edits the mixed group's wrong responses too
+    paper = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    paper.actor_rollout_ref.rollout.n = 3
+    assert [o.extra_fields["gec_branch"] for o in _run_group(tok, paper, [FIRST_WRONG, FIRST_RIGHT, FIRST_WRONG],
+                                                              uid="mixed")] == ["answer", "none", "answer"]
+
+
 def test_guard_counted_in_gec_metrics():
     import numpy as np
 

@@ -218,8 +218,8 @@ def test_stops_at_eos_unless_ignore_eos(model):
 # ---- the server object (no Ray: its methods are plain coroutines) ---------------------------------------------
 
 
-def _server(model_dir, **engine_kwargs) -> HFRolloutServer:
-    config = OmegaConf.create({"prompt_length": 16, "response_length": 6, "max_num_seqs": 64,
+def _server(model_dir, seed: int | None = None, **engine_kwargs) -> HFRolloutServer:
+    config = OmegaConf.create({"prompt_length": 16, "response_length": 6, "max_num_seqs": 64, "seed": seed,
                                "engine_kwargs": {"hf": {"batch_window_ms": 20, **engine_kwargs}}})
     return HFRolloutServer(config, OmegaConf.create({"path": model_dir}))
 
@@ -371,8 +371,7 @@ def test_inverse_cdf_sampling_follows_the_distribution():
 
 def test_server_seeds_requests_by_identity_not_arrival(model_dir):
     def run(order, seed=5, rid=lambda i: f"det-{i}"):
-        server = _server(model_dir)
-        server.seed = seed
+        server = _server(model_dir, seed=seed)  # rollout.seed, as verl's rollout config hands it to the server
 
         async def main():
             sp = {"temperature": 1.0, "max_tokens": 6, "ignore_eos": True}
@@ -390,7 +389,7 @@ def test_server_seeds_requests_by_identity_not_arrival(model_dir):
     a, b = run([0, 1, 2, 3]), run([3, 1, 0, 2])
     assert a == b  # verl's det-<row> names: each row samples the same whatever the arrival order
     assert a[0] != a[2] or a[1] != a[3]  # the same prompt in two rows: two samples, not one repeated
-    assert run([0, 1, 2, 3], seed=6) != a
+    assert run([0, 1, 2, 3], seed=6) != a  # rollout.seed reaches the sampling (the batch-invariance e2e test's pair)
     # without det- names (a fresh uuid per request) the k-th request of a prompt at the same weights gets the k-th seed
     import uuid
 

@@ -19,7 +19,7 @@ def _assert_clear(error: pytest.ExceptionInfo, *names: str) -> None:
 
 
 @pytest.mark.parametrize("check", ["check_legacy_trainer", "check_v1_trainer", "check_agent_loop",
-                                   "check_reward_manager", "check_entropy_grad_loss", "check_fsdp_optimizer_config",
+                                   "check_reward_manager", "check_actor_loss_fn", "check_fsdp_optimizer_config",
                                    "check_cpu_platform", "check_cpu_mode", "check_file_logger",
                                    "check_plugin_hooks"])
 def test_checks_pass_on_installed_verl(check):
@@ -57,7 +57,7 @@ def test_fsdp_engine_check_passes():
     ("verl.trainer.ppo.v1.trainer_base.TRAINER_REGISTRY", "check_v1_trainer"),
     ("verl.trainer.ppo.v1.trainer_base.compute_advantage_for_multi_trajectories", "check_v1_trainer"),
     ("verl.trainer.ppo.reward.load_reward_manager", "check_reward_manager"),
-    ("verl.workers.utils.losses.ppo_loss", "check_entropy_grad_loss"),
+    ("verl.workers.utils.losses.ppo_loss", "check_actor_loss_fn"),
     ("verl.workers.rollout.base._ROLLOUT_REGISTRY", "check_cpu_mode"),
 ])
 def test_missing_piece(monkeypatch, target, check):

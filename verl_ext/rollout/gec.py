@@ -10,6 +10,8 @@ What the official code does and what this port keeps (docs/edge-grpo.md):
   * mode ``gec``: one branch per wrong response, drawn with p_reflect / p_answer / p_solution;
     mode ``force_reflect``: always the reflection branch (cue + policy continuation, no ground truth);
   * the whole correction is skipped when the prompt has ``>= prompt_length_gate`` tokens (branch ``gated``);
+  * opt-in, not in the paper (``edit_scope=all_wrong_groups``): only groups whose first attempts are all wrong are
+    edited, a wrong response of any other group is left as it is (branch ``group_not_all_wrong``);
   * opt-in, not in the paper (``min_own_tokens`` > 0): a wrong response with fewer than that many tokens of its
     own is left uncorrected (branch ``too_short``), so an immediately-ended reply cannot be turned into a correct
     one and GRPO penalises it (docs/toy.md, "the degenerate-edit guard").
@@ -47,8 +49,11 @@ BRANCH_GATED = "gated"  # wrong, but the prompt-length gate skipped the correcti
 BRANCH_ANSWER_NO_ROOM = "answer_no_room"  # answer injection drawn, template + EOS would not fit: left unedited
 BRANCH_TOO_SHORT = "too_short"  # wrong with fewer than min_own_tokens tokens of its own: left unedited (the guard)
 BRANCH_NO_GROUND_TRUTH = "no_ground_truth"  # answer injection drawn, the row has no ground truth: left unedited
+# wrong, but another first attempt of its group is right (edit_scope=all_wrong_groups): left unedited, plain GRPO
+BRANCH_GROUP_NOT_ALL_WRONG = "group_not_all_wrong"
 BRANCHES = (BRANCH_NONE, BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK,
-            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_TOO_SHORT, BRANCH_NO_GROUND_TRUTH)
+            BRANCH_SOLUTION_TOO_LONG, BRANCH_GATED, BRANCH_ANSWER_NO_ROOM, BRANCH_TOO_SHORT, BRANCH_NO_GROUND_TRUTH,
+            BRANCH_GROUP_NOT_ALL_WRONG)
 EDIT_BRANCHES = (BRANCH_REFLECT, BRANCH_ANSWER, BRANCH_SOLUTION, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)
 ANSWER_BRANCHES = (BRANCH_ANSWER, BRANCH_SOLUTION_FALLBACK, BRANCH_SOLUTION_TOO_LONG)  # inject the answer template
 
@@ -166,19 +171,22 @@ def is_too_short(cfg, own_tokens: int | None) -> bool:
 
 
 def choose_branch(cfg, *, correct: bool, prompt_len: int, has_solution: bool, rng: random.Random,
-                  solution_fits: bool = True, own_tokens: int | None = None) -> str:
-    """The branch of one response: none (correct), gated, too_short, or an edit (see BRANCHES).
+                  solution_fits: bool = True, own_tokens: int | None = None, group_all_wrong: bool = True) -> str:
+    """The branch of one response: none (correct), gated, group_not_all_wrong, too_short, or an edit (BRANCHES).
 
     The gate and the guard are checked only for wrong responses (correct ones are ``none`` whatever their prompt
-    length), and no random number is drawn for correct, gated or too-short responses. ``own_tokens``: the
-    response's own tokens without its trailing EOS (:func:`split_terminal`), for the guard (``min_own_tokens``).
-    A drawn solution falls back to the answer when the row has none (``solution_fallback``) or when it does not fit
-    the response budget (``solution_too_long``).
+    length), and no random number is drawn for correct, gated, out-of-scope or too-short responses. ``own_tokens``:
+    the response's own tokens without its trailing EOS (:func:`split_terminal`), for the guard (``min_own_tokens``).
+    ``group_all_wrong``: whether every first attempt of the response's group is wrong (read with
+    ``edit_scope=all_wrong_groups``, which edits only such groups). A drawn solution falls back to the answer when
+    the row has none (``solution_fallback``) or when it does not fit the response budget (``solution_too_long``).
     """
     if correct:
         return BRANCH_NONE
     if is_gated(cfg, prompt_len):
         return BRANCH_GATED
+    if getattr(cfg, "edit_scope", "all") == "all_wrong_groups" and not group_all_wrong:
+        return BRANCH_GROUP_NOT_ALL_WRONG
     if is_too_short(cfg, own_tokens):
         return BRANCH_TOO_SHORT
     branch = draw_branch(cfg, rng)

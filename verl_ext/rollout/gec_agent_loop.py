@@ -216,6 +216,44 @@ def join_routing(first, continued, prefix: int, total: int):
     return torch.cat([head, torch.as_tensor(tail, dtype=head.dtype, device=head.device)])
 
 
+# edit_scope=all_wrong_groups: how long a wrong first attempt waits for the rest of its group's (they are generated
+# concurrently in the same worker); past it the run stops instead of hanging on a group that cannot complete
+GROUP_WAIT_S = 3600.0
+
+
+class GroupFirstAttempts:
+    """Whether each group's first attempts are all wrong, for ``edit_scope=all_wrong_groups``: every member of a
+    group reports its correctness here; a wrong one waits until the group's answer is known (a right member
+    reported, or all ``size`` did). One per worker process: verl runs a group's samples as tasks of one agent-loop
+    worker (v1: one ``_run_prompt``; legacy: whole groups per chunk, checked at start-up)."""
+
+    def __init__(self):
+        self._open: dict[Any, tuple[asyncio.Future, list[bool]]] = {}
+
+    async def all_wrong(self, key: Any, size: int, correct: bool, timeout_s: float = GROUP_WAIT_S) -> bool:
+        future, flags = self._open.get(key) or self._open.setdefault(
+            key, (asyncio.get_running_loop().create_future(), []))
+        flags.append(bool(correct))
+        if correct and not future.done():
+            future.set_result(False)
+        if len(flags) >= size:
+            self._open.pop(key, None)
+            if not future.done():
+                future.set_result(True)
+        if future.done():
+            return future.result()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except asyncio.TimeoutError:
+            raise RuntimeError(
+                f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups waited {timeout_s:.0f} s for the first attempts "
+                f"of group {key!r} ({len(flags)} of {size} reported): its samples do not all run in this agent-loop "
+                "worker (or actor_rollout_ref.rollout.n is not the group size); use edit_scope=all") from None
+
+
+_FIRST_ATTEMPTS = GroupFirstAttempts()
+
+
 @dataclass
 class _Plan:
     cue_ids: list[int]
@@ -383,6 +421,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
                                                       output.num_turns)
         correct_before = gec.response_is_correct(cfg, score_before, reward_info)
         core, terminator = gec.split_terminal(response_ids, self._stop_ids())
+        group_all_wrong = True
+        if cfg.edit_scope == "all_wrong_groups":
+            if kwargs.get("uid") is None:
+                raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups needs each row's uid (verl's "
+                                 "trainers pass it to the agent loop); this row has none")
+            group_all_wrong = await _FIRST_ATTEMPTS.all_wrong(kwargs["uid"], int(self.rollout_config.n),
+                                                              correct_before)
         branch = gec.choose_branch(
             cfg,
             correct=correct_before,
@@ -391,6 +436,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             solution_fits=plan.solution_fits,
             rng=self._rng(kwargs, output.extra_fields.get("global_steps")),
             own_tokens=len(core),
+            group_all_wrong=group_all_wrong,
         )
         errors = list(plan.errors)
         if branch in gec.ANSWER_BRANCHES and plan.answer_ids is None:

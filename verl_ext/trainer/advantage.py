@@ -129,6 +129,16 @@ def compute_extension_advantage(
     return data, metrics
 
 
+def fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Right-pad or cut a separately padded (B, T') per-token field to the (B, T) layout of ``like`` (responses start
+    at position 0: v1 keeps fields at the step's padded width, a micro-batch pads to its own longest response)."""
+    width = like.shape[-1]
+    values = values[..., :width]
+    if values.shape[-1] < width:
+        values = torch.nn.functional.pad(values, (0, width - values.shape[-1]))
+    return values.to(like.device)
+
+
 def as_object_array(values) -> np.ndarray:
     """A non-tensor column fetched from TransferQueue (list, NonTensorStack, ndarray) as verl's object array."""
     if hasattr(values, "tolist"):

@@ -75,10 +75,10 @@ class EntropyGradPPOLoss:
         return loss, metrics
 
 
-def _total(values) -> float:
+def metric_total(values) -> float:
     """Sum of a metric however verl nested it (list per micro-batch / rank / mini-batch, or already reduced)."""
     if isinstance(values, Iterable) and not isinstance(values, (str, bytes)):
-        return float(sum(_total(v) for v in values))
+        return float(sum(metric_total(v) for v in values))
     return float(np.asarray(values, dtype=np.float64))
 
 
@@ -91,7 +91,7 @@ def summarize_entropy_grad_metrics(metrics: dict, prefix: str = "actor/") -> dic
     keys = [prefix + k for k in (RATIO_SUM, RATIO_COUNT, RESCALED, FELL_BACK)]
     if not all(k in metrics for k in keys):
         return metrics
-    ratio_sum, ratio_count, rescaled, fell_back = (_total(metrics.pop(k)) for k in keys)
+    ratio_sum, ratio_count, rescaled, fell_back = (metric_total(metrics.pop(k)) for k in keys)
     metrics[RATIO_MEAN] = ratio_sum / ratio_count if ratio_count > 0 else 1.0
     metrics[FALLBACK_FRAC] = fell_back / rescaled if rescaled > 0 else 0.0
     return metrics
@@ -102,9 +102,9 @@ def entropy_grad_loss(config) -> EntropyGradPPOLoss:
     from verl.utils.config import omega_conf_to_dataclass
 
     from verl_ext.config import load_algorithm_config
-    from verl_ext.verl_compat import check_entropy_grad_loss
+    from verl_ext.verl_compat import check_actor_loss_fn
 
-    check_entropy_grad_loss()
+    check_actor_loss_fn()
     eda = load_algorithm_config(config.algorithm).edge_grpo
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     return EntropyGradPPOLoss(actor_config, eda.entropy_eps, eda.factor_min, eda.factor_max)

@@ -5,8 +5,9 @@ after logging it), ``fit`` routes the module-level ``compute_advantage`` (the on
 legacy loop, looked up at call time) through the shared function while it runs (any other estimator: verl's own
 function, and the step diagnostics from its output), ``_update_actor`` adds the step's advantage and GEC metrics to
 the actor metrics that ``fit()`` logs, ``_log_rollout_data`` adds GEC's columns to verl's rollout dump, ``_get_gen_batch`` tags rows as training or validation rollouts while GEC is
-on (``_validate`` marks its calls); the mixin's checkpoint hooks keep the history;
-``init_workers`` installs the entropy_grad actor loss when it is on.
+on (``_validate`` marks its calls); the mixin's checkpoint hooks keep the history; GEC's credit options
+(``gec_credit.py``) act on the advantages of either kind of estimator; ``init_workers`` installs verl_ext's actor
+loss when one is on (entropy_grad, GEC's shaped loss).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 from verl_ext.names import TRAINING_ROLLOUT_KEY
 from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
+from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 
 
 class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
     def init_workers(self):
         super().init_workers()
-        self._ext_install_entropy_grad_loss()
+        self._ext_install_actor_loss()
 
     def _validate(self, *args, **kwargs):
         self._ext_validating = True  # read by _get_gen_batch, which verl calls from fit() and _validate() alike
@@ -51,16 +53,22 @@ class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
 
     def _routed_compute_advantage(self, data, adv_estimator, *args, **kwargs):
         self._check_gec_errors(data.non_tensor_batch)  # before the step trains on rows GEC could not use
+        if "response_mask" not in data.batch.keys():  # as verl's compute_advantage adds it
+            data.batch["response_mask"] = compute_response_mask(data)
         if not is_extension_estimator(adv_estimator):  # verl's own computation, on the batch verl would pass it
             entropy = data.batch.pop(ENTROPY_KEY, None)
+            before = self._ext_pre_correction_batch(data, data.non_tensor_batch)
             data = self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)
             self._ext_metrics = verl_step_diagnostics(data, entropy)
-            return data
-        if "response_mask" not in data.batch.keys():
-            data.batch["response_mask"] = compute_response_mask(data)
+            adv_before = None if before is None else self._verl_compute_advantage(
+                before, adv_estimator, *args, **kwargs).batch["advantages"]
+            return self._ext_credit(data, data.non_tensor_batch, adv_before)
+        before = self._ext_pre_correction_batch(data, data.non_tensor_batch)
+        history = None if before is None else self._ext_history_snapshot()
         data = self._ext_compute_advantage(data)
+        adv_before = None if before is None else self._ext_advantages_with(history)(before).batch["advantages"]
         data.batch.pop(ENTROPY_KEY, None)  # not needed by the actor update
-        return data
+        return self._ext_credit(data, data.non_tensor_batch, adv_before)
 
     def _log_rollout_data(self, batch, reward_extra_infos_dict, timing_raw, rollout_data_dir):
         # verl dumps every list of per-row values it is handed next to its own columns: add what GEC wrote
@@ -72,6 +80,7 @@ class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
         actor_output = super()._update_actor(batch)
         metrics = actor_output.meta_info["metrics"]
         summarize_entropy_grad_metrics(metrics)
+        summarize_shaped_loss_metrics(metrics)
         metrics.update(self._ext_take_metrics())
         final_scores = batch.batch["token_level_scores"].sum(-1)
         metrics.update(self._gec_metrics(batch.non_tensor_batch, batch.non_tensor_batch["uid"], final_scores))

@@ -11,6 +11,7 @@ groups always), tags the rows it sends to rollout as training or validation whil
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 
@@ -19,6 +20,7 @@ from verl import DataProto
 
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
+from verl_ext.trainer.gec_credit import credit_active, credit_edited_responses, pre_correction_batch
 from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
@@ -96,9 +98,51 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         self._ext_metrics = metrics
         return data
 
+    def _ext_pre_correction_batch(self, data: DataProto, non_tensor_batch: dict) -> DataProto | None:
+        """With ``gec.prefix_advantage=before``: the batch with the first attempts' rewards, for the estimator's
+        advantage of r0 (``gec_credit.pre_correction_batch``); else None."""
+        gec = self.ext_config.gec
+        if not (gec.enable and gec.prefix_advantage == "before"):
+            return None
+        return pre_correction_batch(data, non_tensor_batch)
+
+    def _ext_history_snapshot(self):
+        """A copy of GEPO's history before this step's update: the r0 pass shapes with the step's thresholds and
+        leaves the run's history as one update per step."""
+        return copy.deepcopy(self.entropy_history)
+
+    def _ext_advantages_with(self, history):
+        """``compute(data, rows)`` for an extra pass of verl_ext's estimator (the r0 one): its own ``history``, no
+        step metrics."""
+        def compute(data: DataProto, rows: np.ndarray | None = None) -> DataProto:
+            return compute_extension_advantage(data, str(self.config.algorithm.adv_estimator), self.config.algorithm,
+                                               history, rows)[0]
+        return compute
+
+    def _ext_credit(self, data: DataProto, non_tensor_batch: dict, adv_before=None,
+                    rows: np.ndarray | None = None) -> DataProto:
+        """GEC's credit options on the step's advantages (``gec_credit.credit_edited_responses``), their metrics
+        added to the step's."""
+        gec = self.ext_config.gec
+        if credit_active(gec):
+            metrics = credit_edited_responses(data, non_tensor_batch, gec, adv_before, rows)
+            self._ext_metrics = {**(getattr(self, "_ext_metrics", None) or {}), **metrics}
+        return data
+
+    def _ext_install_actor_loss(self) -> None:
+        """verl_ext's actor loss, when one is on (at most one: ``run_checks``); called once the actor worker group
+        exists."""
+        if self.ext_config.gec.enable and self.ext_config.gec.injected_loss == "shaped":
+            from verl_ext.trainer.gec_loss import shaped_injected_loss
+
+            self.actor_rollout_wg.set_loss_fn(shaped_injected_loss(self.config))
+            logger.info("[verl_ext] gec.injected_loss=shaped: injected answer/solution tokens trained off-policy "
+                        "(LUFFY's policy shaping, gamma=%s)", self.ext_config.gec.shaping_gamma)
+        self._ext_install_entropy_grad_loss()
+
     def _ext_install_entropy_grad_loss(self) -> None:
         """edge_grpo.entropy_grad: make verl compute the entropy with gradients in the actor update and give the
-        actor the loss that divides by it (``eda_loss.py``); called once the actor worker group exists."""
+        actor the loss that divides by it (``eda_loss.py``)."""
         if not (self._ext_active() and self.ext_config.edge_grpo.entropy_grad):
             return
         from omegaconf import open_dict

@@ -5,10 +5,11 @@ What the subclass adds to verl's step:
 * ``_compute_advantage``: fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy``,
   ``data_source``, GEC's fields) from TransferQueue, routes verl_ext's estimators through
   ``advantage.compute_extension_advantage`` (any other estimator stays verl's; its step diagnostics are read from
-  verl's output) and logs the outcome metrics (``gec/...``, all-wrong groups);
+  verl's output), applies GEC's credit options (``gec_credit.py``) to either and logs the outcome metrics
+  (``gec/...``, all-wrong groups);
 * ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
-* ``on_init_end``: installs the actor loss of ``edge_grpo.entropy_grad``, whose per-response fields go to
-  TransferQueue next to the advantages;
+* ``on_init_end``: installs verl_ext's actor loss when one is on (``edge_grpo.entropy_grad``, GEC's shaped loss),
+  whose per-response / per-token fields go to TransferQueue next to the advantages;
 * ``_log_rollout_data``: GEC's columns in verl's rollout dump (``trainer.rollout_data_dir``; ``gec_dump.py``);
 * ``step``: verl's mini-batch metrics folded with ``step_metrics_aggregator`` (verl_ext's counts summed).
 """
@@ -33,19 +34,22 @@ from verl_ext.trainer.advantage import (
     ENTROPY_KEY,
     as_object_array,
     final_outputs,
+    fit_width,
     is_extension_estimator,
     on_final_outputs,
     verl_step_diagnostics,
 )
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
+from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
 from verl_ext.trainer.gec_dump import blank_rows
+from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.gec_metrics import is_count_metric
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 
 
 class ExtV1TrainerMixin(ExtTrainerMixin):
     def on_init_end(self):
-        self._ext_install_entropy_grad_loss()
+        self._ext_install_actor_loss()
         return super().on_init_end()
 
     def _next_train_batch(self, *args, **kwargs):
@@ -73,6 +77,7 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
     def _update_actor(self, batch, metrics):
         batch = super()._update_actor(batch, metrics)
         summarize_entropy_grad_metrics(metrics)
+        summarize_shaped_loss_metrics(metrics)
         return batch
 
     def _compute_advantage(self, batch, metrics):
@@ -101,25 +106,37 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
             data_source = None
 
         loss_fields = {}
+        gec_rows = {"extra_fields": extra_fields}  # GEC's per-row fields, in the batch's row order
 
         def routed(data, batch_keys, adv_estimator, *args, **kwargs):
-            fitted = None if entropy is None else _fit_width(entropy, data.batch["response_mask"])
+            fitted = None if entropy is None else fit_width(entropy, data.batch["response_mask"])
             if not is_extension_estimator(adv_estimator):  # verl's own computation; diagnostics from its output
+                before = self._ext_pre_correction_batch(data, gec_rows)
                 data = verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
                 grouped = members if adv_estimator == AdvantageEstimator.GRPO else real
                 self._ext_metrics = verl_step_diagnostics(data, fitted, grouped)
-                return data
-            if fitted is not None:  # bypass mode has none: only estimators that need no entropy run (config.py)
-                data.batch[ENTROPY_KEY] = fitted
-            if data_source is not None:
-                data.non_tensor_batch["data_source"] = as_object_array(data_source)
-            data = on_final_outputs(data, batch_keys, real, self._ext_compute_advantage)
-            loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY) if k in data.batch.keys()})
+                adv_before = None if before is None else verl_fn(
+                    before, batch_keys, adv_estimator, *args, **kwargs).batch["advantages"]
+            else:
+                if fitted is not None:  # bypass mode has none: only estimators that need no entropy run (config.py)
+                    data.batch[ENTROPY_KEY] = fitted
+                if data_source is not None:
+                    data.non_tensor_batch["data_source"] = as_object_array(data_source)
+                before = self._ext_pre_correction_batch(data, gec_rows)
+                history = None if before is None else self._ext_history_snapshot()
+                data = on_final_outputs(data, batch_keys, real, self._ext_compute_advantage)
+                adv_before = None if before is None else on_final_outputs(
+                    before, batch_keys, real, self._ext_advantages_with(history)).batch["advantages"]
+                loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY)
+                                    if k in data.batch.keys()})
+            data = self._ext_credit(data, gec_rows, adv_before, rows=real)
+            if OFF_POLICY_MASK_KEY in data.batch.keys():
+                loss_fields[OFF_POLICY_MASK_KEY] = data.batch[OFF_POLICY_MASK_KEY]
             return data
 
         with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
             batch = super()._compute_advantage(batch, metrics)
-        if loss_fields:  # verl writes back only advantages/returns; the entropy_grad loss also reads these
+        if loss_fields:  # verl writes back only advantages/returns; verl_ext's actor losses also read these
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                                     fields=TensorDict(loss_fields, batch_size=len(batch)))
         metrics.update(self._ext_take_metrics())
@@ -229,15 +246,6 @@ def step_metrics_aggregator() -> type:
             return ext_aggregation(metric_name) or super()._get_aggregation_type(metric_name.rpartition("/")[2])
 
     return ExtMetricsAggregator
-
-
-def _fit_width(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Right-pad or cut a separately padded (B, T') field to the (B, T) layout of ``like``."""
-    width = like.shape[-1]
-    values = values[..., :width]
-    if values.shape[-1] < width:
-        values = torch.nn.functional.pad(values, (0, width - values.shape[-1]))
-    return values.to(like.device)
 
 
 def extended_trainer_cls(base: type[PPOTrainer]) -> type[PPOTrainer]:

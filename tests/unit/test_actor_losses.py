@@ -1,9 +1,12 @@
-"""``algorithm.edge_grpo.entropy_grad``: the official EDGE-GRPO gradient through 1/H_i(θ).
+"""verl_ext's actor losses in verl's real engine: ``algorithm.edge_grpo.entropy_grad`` (the official EDGE-GRPO
+gradient through 1/H_i(θ)) and ``algorithm.gec.injected_loss=shaped`` (LUFFY's policy shaping on GEC's injected
+tokens).
 
-The pure parts (the driver's split, the loss's multiplier, the metrics) are checked directly; the loss itself runs
+The pure parts (the driver's split, the loss's multiplier, the metrics) are checked directly; each loss itself runs
 inside verl's real FSDP2 engine (one CPU rank, the toy Qwen2) and its gradient is compared with autograd of the
-official loss written out by hand: -min(r·Â, clip(r)·Â) with Â_i = A_i·H̄_g/H_i(θ), H_i(θ) the masked mean of
-the full-vocabulary entropy of the temperature-scaled logits, computed with gradients.
+loss written out by hand: entropy_grad -min(r·Â, clip(r)·Â) with Â_i = A_i·H̄_g/H_i(θ), H_i(θ) the masked mean of
+the full-vocabulary entropy of the temperature-scaled logits, computed with gradients; shaped -Â_t·π_θ/(π_θ+γ) on
+the injected tokens, verl's clipped PPO term on the others.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from verl_ext.trainer.eda_loss import (
     EntropyGradPPOLoss,
     summarize_entropy_grad_metrics,
 )
+from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+from verl_ext.trainer.gec_loss import SHAPED_PROB_MEAN, ShapedInjectedPPOLoss, summarize_shaped_loss_metrics
 
 edge = get_adv_estimator_fn("edge_grpo")
 ON = {"edge_grpo": {"entropy_grad": True}}
@@ -299,16 +304,22 @@ def _official_grads(reference, tensors, grpo_adv, actor_config, entropy_eps=1e-6
     fallback = grpo_adv * h_bar / torch.where(h_old > 0, h_old, 1.0)  # the detached factor
     adv = torch.where(h_old > 0, torch.where(h_now.detach() > entropy_eps, official, fallback), stored)[:, None]
     ratio = torch.exp((log_probs - tensors["old_log_probs"]).clamp(-20, 20))
+    _aggregate(_clipped_ppo(adv, ratio, actor_config), mask, actor_config.loss_agg_mode).backward()
+    return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
+
+
+def _clipped_ppo(adv, ratio, actor_config):
+    """verl's vanilla per-token PPO loss: clip, then the dual clip (c) for negative advantages."""
     low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else actor_config.clip_ratio
     high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else actor_config.clip_ratio
     clipped = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - low, 1 + high))
-    per_token = torch.where(adv < 0, torch.minimum(-adv * actor_config.clip_ratio_c, clipped), clipped)
-    if actor_config.loss_agg_mode == "seq-mean-token-mean":
-        loss = ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
-    else:  # token-mean over the whole mini-batch
-        loss = (per_token * mask).sum() / mask.sum()
-    loss.backward()
-    return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
+    return torch.where(adv < 0, torch.minimum(-adv * actor_config.clip_ratio_c, clipped), clipped)
+
+
+def _aggregate(per_token, mask, loss_agg_mode):
+    if loss_agg_mode == "seq-mean-token-mean":
+        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+    return (per_token * mask).sum() / mask.sum()  # token-mean over the whole mini-batch
 
 
 # fp32, two summation orders (verl's engine: per micro-batch, FSDP's flat parameters; the reference: one pass): up to
@@ -361,4 +372,67 @@ def test_engine_all_fallback_is_verls_detached_gradient_exactly(engine_setup):
     tensors, _ = _batch(reference)
     verl_grads, _ = _engine_grads(engine, tensors, partial(ppo_loss, config=actor_config), 2)
     ours, _ = _engine_grads(engine, tensors, EntropyGradPPOLoss(actor_config, entropy_eps=1e9), 2)
+    assert all(torch.equal(ours[n], verl_grads[n]) for n in verl_grads)
+
+
+# ---- gec.injected_loss=shaped ---------------------------------------------------------------------------------
+
+
+def _shaped_batch(reference):
+    """The same batch with GEC's off-policy mask: a few spans of injected answer / solution tokens."""
+    tensors, grpo_adv = _batch(reference)
+    tensors = {k: v for k, v in tensors.items() if k not in (EDA_H_BAR_KEY, EDA_H_OLD_KEY)}
+    mask = tensors["response_mask"]
+    off = torch.zeros_like(mask)
+    off[0, 2:5] = off[2, 0:4] = off[3, 1:3] = off[6, 3:5] = off[7, 0:2] = 1  # rows of both signs of advantage
+    tensors[OFF_POLICY_MASK_KEY] = off * mask
+    tensors["advantages"] = grpo_adv[:, None] * mask
+    return tensors
+
+
+def _shaped_reference_grads(reference, tensors, actor_config, gamma):
+    """Autograd of the loss written out by hand: LUFFY's -Â·p/(p+γ) on the off-policy tokens (no clip, no old
+    probability), verl's clipped PPO on the others, aggregated together."""
+    reference.zero_grad()
+    mask = tensors["response_mask"]
+    log_probs, _ = _policy(reference, tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"])
+    adv = tensors["advantages"]
+    ratio = torch.exp((log_probs - tensors["old_log_probs"]).clamp(-20, 20))
+    prob = log_probs.exp()
+    per_token = torch.where(tensors[OFF_POLICY_MASK_KEY].bool(), -adv * prob / (prob + gamma),
+                            _clipped_ppo(adv, ratio, actor_config))
+    _aggregate(per_token, mask, actor_config.loss_agg_mode).backward()
+    return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["seq-mean-token-mean", "token-mean"])
+@pytest.mark.parametrize("micro_batch_size", [8, 2])
+def test_engine_gradient_of_the_shaped_loss_equals_the_hand_written_one(engine_setup, loss_agg_mode,
+                                                                        micro_batch_size):
+    engine, actor_config, reference = engine_setup
+    actor_config = dataclasses.replace(actor_config, loss_agg_mode=loss_agg_mode)
+    tensors = _shaped_batch(reference)
+    grads, metrics = _engine_grads(engine, tensors, ShapedInjectedPPOLoss(actor_config, gamma=0.1), micro_batch_size)
+    expected = _shaped_reference_grads(reference, tensors, actor_config, gamma=0.1)
+    assert _max_relative_error(grads, expected) < GRAD_RTOL
+    # and the shaping matters: the same tokens as policy tokens (verl's loss) give another gradient
+    from verl.workers.utils.losses import ppo_loss
+
+    as_policy, _ = _engine_grads(engine, tensors, partial(ppo_loss, config=actor_config), micro_batch_size)
+    assert _max_relative_error(as_policy, expected) > 0.05
+    with torch.no_grad():
+        log_probs, _ = _policy(reference, tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"])
+    off = tensors[OFF_POLICY_MASK_KEY].bool()
+    summary = summarize_shaped_loss_metrics({f"actor/{k}": v for k, v in metrics.items()})
+    assert summary[SHAPED_PROB_MEAN] == pytest.approx(log_probs.exp()[off].mean().item(), rel=1e-4)
+
+
+def test_engine_shaped_loss_without_off_policy_tokens_is_verls_loss_exactly(engine_setup):
+    from verl.workers.utils.losses import ppo_loss
+
+    engine, actor_config, reference = engine_setup
+    tensors = _shaped_batch(reference)
+    tensors[OFF_POLICY_MASK_KEY] = torch.zeros_like(tensors[OFF_POLICY_MASK_KEY])
+    verl_grads, _ = _engine_grads(engine, tensors, partial(ppo_loss, config=actor_config), 2)
+    ours, _ = _engine_grads(engine, tensors, ShapedInjectedPPOLoss(actor_config), 2)
     assert all(torch.equal(ours[n], verl_grads[n]) for n in verl_grads)

@@ -1,0 +1,248 @@
+"""GEC's credit options (docs/gec.md "Credit options") against a hand-computed reference: the per-token advantages
+of a small edited batch, through the legacy trainer's advantage routing (verl's GRPO, edge_grpo, gepo) and v1's row
+layout; the edit-scope barrier of the agent loop; the start-up refusals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
+from verl_ext.algos.gec_credit import edit_masks, pre_correction_rewards, split_prefix_credit
+from verl_ext.algos.history import GroupEntropyHistory
+from verl_ext.config import ConfigError, GecConfig
+from verl_ext.rollout import gec
+from verl_ext.rollout.gec_agent_loop import GroupFirstAttempts
+from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY, credit_edited_responses
+from verl_ext.trainer.legacy import ExtRayPPOTrainer
+
+EPS = 1e-6
+WIDTH = 6
+# two groups of four: branch, spans, reward before (r0) and after (r1) correction
+ROWS = [
+    ("reflect", [["policy", 0, 3], ["cue", 3, 4], ["continuation", 4, 6]], 0.0, 1.0),
+    ("answer", [["policy", 0, 2], ["answer", 2, 4], ["eos", 4, 5]], 0.0, 1.0),
+    ("solution", [["solution", 0, 4], ["eos", 4, 5]], 0.0, 1.0),
+    ("reflect", [["policy", 0, 3], ["cue", 3, 4], ["continuation", 4, 6]], 0.0, 0.0),
+    ("none", [["policy", 0, 4]], 1.0, 1.0),
+    ("answer", [["policy", 0, 1], ["answer", 1, 3], ["eos", 3, 4]], 0.0, 1.0),
+    ("gated", [["policy", 0, 5]], 0.0, 0.0),
+    ("reflect", [["policy", 0, 2], ["cue", 2, 3], ["continuation", 3, 6]], 0.0, 0.0),
+]
+LENGTHS = [6, 5, 5, 6, 4, 4, 5, 6]
+# GRPO by hand (unbiased std): group 1 r1 = [1,1,1,0] (mean 3/4, std 1/2), r0 = all 0 (advantage 0);
+# group 2 r1 = [1,1,0,0] (mean 1/2, std sqrt(1/3)), r0 = [1,0,0,0] (mean 1/4, std 1/2)
+A_POS, A_NEG = 0.25 / (0.5 + EPS), -0.75 / (0.5 + EPS)
+B_POS, B_NEG = 0.5 / (3 ** -0.5 + EPS), -0.5 / (3 ** -0.5 + EPS)
+B0_WRONG = -0.25 / (0.5 + EPS)
+PAPER = [[A_POS] * 6, [A_POS] * 5, [A_POS] * 5, [A_NEG] * 6, [B_POS] * 4, [B_POS] * 4, [B_NEG] * 5, [B_NEG] * 6]
+BEFORE = [[0, 0, 0, A_POS, A_POS, A_POS], [0, 0, A_POS, A_POS, A_POS], [A_POS] * 5, [0, 0, 0, A_NEG, A_NEG, A_NEG],
+          [B_POS] * 4, [B0_WRONG, B_POS, B_POS, B_POS], [B_NEG] * 5, [B0_WRONG, B0_WRONG, B_NEG, B_NEG, B_NEG, B_NEG]]
+ZERO = [[0, 0, 0, A_POS, A_POS, A_POS], [0, 0, A_POS, A_POS, A_POS], [A_POS] * 5, [0, 0, 0, A_NEG, A_NEG, A_NEG],
+        [B_POS] * 4, [0, B_POS, B_POS, B_POS], [B_NEG] * 5, [0, 0, B_NEG, B_NEG, B_NEG, B_NEG]]
+EXPECTED = {"after": PAPER, "before": BEFORE, "zero": ZERO}
+OFF_POLICY = [[], [2, 3, 4], [0, 1, 2, 3, 4], [], [], [1, 2, 3], [], []]  # answer / solution / their EOS
+# per-response entropy (constant over its tokens): EDA's H̄_g / H_i = [1.5, 0.75, 1.5, 0.75], [1.5, 1.5, 0.75, 0.75]
+ENTROPY = [1.0, 2.0, 1.0, 2.0, 1.0, 1.0, 2.0, 2.0]
+EDA_FACTOR = [1.5, 0.75, 1.5, 0.75, 1.5, 1.5, 0.75, 0.75]
+
+
+def _tokens(rows) -> torch.Tensor:
+    out = torch.zeros(len(rows), WIDTH)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+def _gec_columns():
+    return {gec.KEY_BRANCH: np.array([r[0] for r in ROWS], dtype=object),
+            gec.KEY_SPANS: np.array([r[1] for r in ROWS] + [None], dtype=object)[:-1],
+            gec.KEY_SCORE_BEFORE: np.array([r[2] for r in ROWS], dtype=object)}
+
+
+def _batch() -> DataProto:
+    lengths = torch.tensor(LENGTHS)
+    mask = (torch.arange(WIDTH)[None, :] < lengths[:, None]).float()
+    scores = torch.zeros(len(ROWS), WIDTH)
+    scores[torch.arange(len(ROWS)), lengths - 1] = torch.tensor([r[3] for r in ROWS])
+    old_log_probs = -torch.linspace(0.2, 1.6, len(ROWS) * WIDTH).reshape(len(ROWS), WIDTH) * mask
+    entropy = torch.tensor(ENTROPY)[:, None] * mask
+    non_tensor = {"uid": np.array(["a"] * 4 + ["b"] * 4, dtype=object), **_gec_columns()}
+    return DataProto.from_dict(tensors={"token_level_scores": scores, "token_level_rewards": scores.clone(),
+                                        "response_mask": mask, "old_log_probs": old_log_probs, "entropy": entropy},
+                               non_tensors=non_tensor)
+
+
+def _trainer(estimator: str, **gec_options) -> ExtRayPPOTrainer:
+    """The legacy trainer's advantage routing on its own (no workers): verl's compute_advantage, verl_ext's glue."""
+    trainer = ExtRayPPOTrainer.__new__(ExtRayPPOTrainer)
+    trainer.config = OmegaConf.create({"algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True,
+                                                     "gec": {"enable": True, **gec_options}}})
+    trainer._verl_compute_advantage = ray_trainer.compute_advantage
+    return trainer
+
+
+def _advantages(trainer, data):
+    out = trainer._routed_compute_advantage(data, trainer.config.algorithm.adv_estimator, gamma=1.0, lam=1.0,
+                                            num_repeat=1, norm_adv_by_std_in_grpo=True,
+                                            config=trainer.config.algorithm)
+    return out, trainer._ext_take_metrics()
+
+
+@pytest.mark.parametrize("rule", ["after", "before", "zero"])
+def test_grpo_per_token_advantages_equal_the_hand_computed_ones(rule):
+    data, metrics = _advantages(_trainer("grpo", prefix_advantage=rule), _batch())
+    assert torch.allclose(data.batch["advantages"], _tokens(EXPECTED[rule]), atol=1e-6)
+    if rule == "after":
+        assert not any(k.startswith("gec/credit/") for k in metrics)
+        return
+    # prefixes of the edited rows 0, 1, 3, 5, 7 (the solution row 2 has none): 3 + 2 + 3 + 1 + 2 tokens
+    assert metrics["gec/credit/prefix_token_count"] == 11
+    paper_mean = (3 * A_POS + 2 * A_POS + 3 * A_NEG + B_POS + 2 * B_NEG) / 11
+    assert metrics["gec/credit/prefix_adv_paper_mean"] == pytest.approx(paper_mean, rel=1e-5)
+    ours = (3 * B0_WRONG) / 11 if rule == "before" else 0.0
+    assert metrics["gec/credit/prefix_adv_mean"] == pytest.approx(ours, abs=1e-6)
+
+
+def test_edge_grpo_scales_both_spans_by_the_responses_own_factor():
+    """EDA's H̄_g/H_i is per response: the r0 advantage of the prefix and the r1 advantage of the edit both carry it."""
+    data, _ = _advantages(_trainer("edge_grpo", prefix_advantage="before"), _batch())
+    expected = _tokens(BEFORE) * torch.tensor(EDA_FACTOR)[:, None]
+    assert torch.allclose(data.batch["advantages"], expected, atol=1e-5)
+
+
+def test_gepo_shapes_both_passes_with_the_steps_thresholds_and_updates_its_history_once():
+    trainer = _trainer("gepo", prefix_advantage="before")
+    trainer.config.algorithm.gepo = {"alpha_low": 0.5, "alpha_high": 0.2}
+    data = _batch()
+    reference = {}
+    for name, rewards in (("after", data.batch["token_level_rewards"]),
+                          ("before", pre_correction_rewards(data.batch["token_level_rewards"],
+                                                            data.batch["response_mask"],
+                                                            data.batch["token_level_scores"].sum(-1),
+                                                            torch.tensor([r[2] for r in ROWS])))):
+        reference[name], _ = get_adv_estimator_fn("gepo")(
+            token_level_rewards=rewards, response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"],
+            config=trainer.config.algorithm, entropy_history=GroupEntropyHistory(),
+            old_log_probs=data.batch["old_log_probs"], metrics={}, loss_inputs={})
+    out, metrics = _advantages(trainer, data)
+    prefix, _ = edit_masks([r[1] for r in ROWS], [r[0] in gec.EDIT_BRANCHES for r in ROWS], WIDTH)
+    expected = split_prefix_credit(reference["after"], prefix & out.batch["response_mask"].bool(), "before",
+                                   reference["before"])
+    assert torch.allclose(out.batch["advantages"], expected, atol=1e-6)
+    assert not torch.allclose(reference["after"], reference["before"])
+    assert trainer.entropy_history.num_updates("global") == 1 and metrics["gepo/history_updates"] == 1
+
+
+def test_shaped_marks_the_injected_answer_and_solution_tokens_for_the_loss():
+    data, metrics = _advantages(_trainer("grpo", injected_loss="shaped"), _batch())
+    assert torch.equal(data.batch["advantages"], _tokens(PAPER))  # the advantages stay the paper's
+    expected = torch.zeros(len(ROWS), WIDTH)
+    for i, positions in enumerate(OFF_POLICY):
+        expected[i, positions] = 1.0
+    assert torch.equal(data.batch[OFF_POLICY_MASK_KEY], expected)
+    assert metrics["gec/credit/off_policy_token_count"] == 11
+
+
+def test_v1_rows_give_the_same_credit_and_leave_padding_rows_alone():
+    """v1 hands GEC's fields as one ``extra_fields`` dict per row; verl's padding rows copy row 0's fields."""
+    cfg = GecConfig(enable=True, prefix_advantage="zero", injected_loss="shaped").validate()
+    columns = _gec_columns()
+    extra = np.empty(len(ROWS) + 1, dtype=object)
+    for i in range(len(ROWS)):
+        extra[i] = {k: v[i] for k, v in columns.items()}
+    extra[-1] = dict(extra[0])  # a padding row
+    paper = torch.cat([_tokens(PAPER), _tokens([PAPER[0]])])
+    mask = torch.cat([_batch().batch["response_mask"], _batch().batch["response_mask"][:1]])
+    data = DataProto.from_dict(tensors={"advantages": paper.clone(), "response_mask": mask})
+    real = np.array([True] * len(ROWS) + [False])
+    credit_edited_responses(data, {"extra_fields": extra}, cfg, rows=real)
+    assert torch.allclose(data.batch["advantages"][:-1], _tokens(ZERO), atol=1e-6)
+    assert torch.equal(data.batch["advantages"][-1], paper[-1])
+    assert data.batch[OFF_POLICY_MASK_KEY][-1].sum() == 0
+
+
+def test_pre_correction_rewards_swap_only_the_outcome():
+    rewards = torch.tensor([[0.1, -0.2, 1.3, 0.0], [0.0, 0.5, 0.0, 0.0]])  # a per-token term + the outcome at the end
+    mask = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 0]])
+    out = pre_correction_rewards(rewards, mask, score_after=torch.tensor([1.2, 0.5]),
+                                 score_before=torch.tensor([0.2, 0.5]))
+    assert torch.allclose(out, torch.tensor([[0.1, -0.2, 0.3, 0.0], [0.0, 0.5, 0.0, 0.0]]))
+
+
+# ---- edit_scope=all_wrong_groups: the agent loop's group barrier ------------------------------------------------
+
+
+def test_a_group_is_all_wrong_only_when_every_first_attempt_is_wrong():
+    async def group(correct: list[bool], delays: list[float]):
+        board = GroupFirstAttempts()
+
+        async def member(c, d):
+            await asyncio.sleep(d)
+            return await board.all_wrong("uid-1", len(correct), c)
+        return await asyncio.gather(*(member(c, d) for c, d in zip(correct, delays)))
+
+    assert asyncio.run(group([False] * 4, [0.0, 0.01, 0.02, 0.03])) == [True] * 4
+    # a right attempt anywhere (here the last to arrive) makes the group not all wrong for every member
+    assert asyncio.run(group([False, False, False, True], [0.0, 0.01, 0.02, 0.03])) == [False] * 4
+    assert asyncio.run(group([True, False], [0.0, 0.01])) == [False, False]
+
+
+def test_a_group_that_cannot_complete_stops_with_the_setting_named():
+    async def lonely():
+        return await GroupFirstAttempts().all_wrong("uid-2", 2, False, timeout_s=0.05)
+
+    with pytest.raises(RuntimeError, match="edit_scope=all_wrong_groups"):
+        asyncio.run(lonely())
+
+
+def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
+    cfg = GecConfig(enable=True, edit_scope="all_wrong_groups").validate()
+
+    class NoDraw:
+        def random(self):
+            raise AssertionError("drew a branch")
+
+    branch = gec.choose_branch(cfg, correct=False, prompt_len=3, has_solution=True, rng=NoDraw(),
+                               group_all_wrong=False)
+    assert branch == gec.BRANCH_GROUP_NOT_ALL_WRONG and branch not in gec.EDIT_BRANCHES
+    assert gec.choose_branch(GecConfig(enable=True).validate(), correct=False, prompt_len=3, has_solution=True,
+                             rng=gec.sample_rng(0, 1), group_all_wrong=False) in gec.EDIT_BRANCHES  # scope all
+
+
+# ---- start-up refusals --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"injected_loss": "shaped", "mask_injected": True}, "mask_injected"),
+    ({"injected_loss": "shaped", "mode": "force_reflect"}, "never draws"),
+    ({"injected_loss": "shaped", "shaping_gamma": 0.0}, "shaping_gamma"),
+    ({"prefix_advantage": "early"}, "prefix_advantage"),
+    ({"edit_scope": "some"}, "edit_scope"),
+])
+def test_nonsensical_gec_settings_are_refused(options, message):
+    with pytest.raises(ConfigError, match=message):
+        GecConfig(enable=True, **options).validate()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.gec.enable=false", "algorithm.gec.prefix_advantage=zero"], "algorithm.gec.enable=false"),
+    (["algorithm.adv_estimator=gae", "algorithm.gec.prefix_advantage=before"], "adv_estimator=gae"),
+    (["algorithm.gec.injected_loss=shaped", "algorithm.edge_grpo.entropy_grad=true"], "entropy_grad=true"),
+    (["algorithm.gec.edit_scope=all_wrong_groups", "data.train_batch_size=16",
+      "actor_rollout_ref.rollout.agent.num_workers=3"], "num_workers=3"),
+])
+def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(overrides, message):
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_feature_combinations
+
+    config = compose_run_config("toy_cpu", overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate_feature_combinations(config)
