@@ -86,39 +86,32 @@ def trained(steps: dict) -> None:
     assert max(values["actor/grad_norm"] for values in steps.values()) > 0, steps
 
 
-# gepo on v1: test_combinations.py::test_v1_padded_batch_enters_no_verl_ext_statistic (the same claims, plus padding)
-@pytest.mark.parametrize("estimator", ["grpo", "edge_grpo"])
-def test_v1_trainer(run_main, tmp_path, estimator):
+# gepo on v1: test_combinations.py::test_v1_padded_batch_enters_no_verl_ext_statistic (the same claims, plus padding);
+# verl's own grpo on v1 (GEC on, verl_ext's diagnostics, none of its estimators' metrics): the same v1 pipeline, its
+# advantage routing run by verl's own PPOTrainer._compute_advantage in
+# tests/unit/test_v1_advantage.py::test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss[grpo]
+def test_v1_trainer_edge_grpo(run_main, tmp_path):
     # validation once is enough (a random 300 of the held-out rows)
     # and verl's rollout dump with GEC's columns, rendered by report --samples
     # and entropy_grad over 2 mini-batches, its per-response fields through TransferQueue
-    edge = estimator == "edge_grpo"
-    validate = ["trainer.val_before_train=true", "data.val_max_samples=300"] if edge else []
-    dump = ["trainer.rollout_data_dir=rollouts"] if edge else []
-    entropy_grad = [ENTROPY_GRAD, "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"] if edge else []
-    run = run_main(V1, f"algorithm.adv_estimator={estimator}", *validate, *dump, *entropy_grad)
+    run = run_main(V1, "algorithm.adv_estimator=edge_grpo", "trainer.val_before_train=true",
+                   "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD,
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
     steps = run.metrics()
-    if edge:
-        validation_untouched_by_gec(steps)
-        gec_dump_rendered(tmp_path)
-        entropy_grad_ran(run, steps, one_mini_batch=False)
+    validation_untouched_by_gec(steps)
+    gec_dump_rendered(tmp_path)
+    entropy_grad_ran(run, steps, one_mini_batch=False)
     trained(steps)
     for values in steps.values():
-        # GEC ran on the v1 path: responses corrected and re-scored, with any estimator
+        # GEC ran on the v1 path: responses corrected and re-scored
         # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
         assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
-        # the step diagnostics, for every estimator (verl's grpo included: a baseline on the same curves)
         assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
                 "verl_ext/response_entropy_std"} <= set(values)
         assert values["verl_ext/response_entropy_mean"] > 0
-        if estimator == "grpo":  # verl's own advantage computation, untouched: none of verl_ext's estimator metrics
-            assert not any(k.startswith(("edge_grpo/", "gepo/")) for k in values)
-            assert "verl_ext/frac_adv_modified" not in values
-            continue
         assert values["edge_grpo/factor_max"] > values["edge_grpo/factor_min"]
-    if estimator != "grpo":  # the method changed some advantages relative to plain GRPO
-        assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
+    # the method changed some advantages relative to plain GRPO
+    assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
 
 
 def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):

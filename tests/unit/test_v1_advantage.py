@@ -53,7 +53,8 @@ class FakeTransferQueue:
         return list_of_dict_to_tensordict([{name: r[name] for name in names} for r in rows])
 
 
-def _row(uid: str, session: int, response_len: int, score: float, source: str, correct_before: bool) -> dict:
+def _row(uid: str, session: int, response_len: int, score: float, source: str, correct_before: bool,
+         edit_spans: bool = False) -> dict:
     prompt = torch.full((5,), 7, dtype=torch.int64)
     response = torch.arange(10, 10 + response_len, dtype=torch.int64)
     rm = torch.zeros(response_len)
@@ -70,14 +71,23 @@ def _row(uid: str, session: int, response_len: int, score: float, source: str, c
             gec.KEY_SCORE_BEFORE: float(correct_before), gec.KEY_CORRECT_BEFORE: correct_before,
             gec.KEY_CONTINUATION_TOKENS: 0, gec.KEY_INJECTED_TOKENS: 0 if correct_before else 3,
             gec.KEY_TRUNCATED: False, gec.KEY_RESPONSE_LEN_BEFORE: response_len, gec.KEY_FIRST_HIT_CAP: False,
-            gec.KEY_SPANS: [(gec.SPAN_POLICY, 0, response_len)],
+            gec.KEY_SPANS: _spans(response_len, edited=edit_spans and not correct_before),
             "reward_extra_info": {"score": score, "acc": score},
         },
     }
 
 
+def _spans(response_len: int, edited: bool) -> list:
+    """The response as one policy span, or (an answer edit) the policy's first half, the template and EOS."""
+    if not edited:
+        return [(gec.SPAN_POLICY, 0, response_len)]
+    half = response_len // 2
+    return [(gec.SPAN_POLICY, 0, half), (gec.SPAN_ANSWER, half, response_len - 1),
+            (gec.SPAN_EOS, response_len - 1, response_len)]
+
+
 def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False, error: str = "", outputs: int = 1,
-           prefix: str = ""):
+           prefix: str = "", edit_spans: bool = False):
     """Three groups of N (one collapsed, one all wrong before GEC), padded by verl to a multiple of ``multiple``,
     then the old-log-prob pass's fields for every row (padding included, as verl's actor computes them).
 
@@ -96,7 +106,7 @@ def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False, error:
             for o in range(several):
                 last = o == several - 1
                 rows.append(_row(f"{prefix}u{g}", s, length if last else 7 + o, float(scores[s] if last else 1 - scores[s]),
-                                 ["a", "b", "a"][g], bool(before[s])))
+                                 ["a", "b", "a"][g], bool(before[s]), edit_spans))
                 rows[-1]["extra_fields"][gec.KEY_ERROR] = error if (g, s) == (2, 1) else ""
                 keys.append(f"{prefix}u{g}_{s}_{o}")
                 seeds[keys[-1]] = zlib.crc32(f"u{g}_{s}".encode()) if last else 1000 + o
@@ -118,14 +128,14 @@ def _batch(store: FakeTransferQueue, multiple: int, bypass: bool = False, error:
     return batch
 
 
-def _trainer(estimator="gepo", bypass=False, edge_grpo=None, **gepo):
+def _trainer(estimator="gepo", bypass=False, edge_grpo=None, gec_options=None, **gepo):
     cls = v1.extended_trainer_cls(get_trainer_cls("sync"))
     trainer = cls.__new__(cls)
     trainer.config = OmegaConf.create({
         "algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False,
                       "gamma": 1.0, "lam": 1.0, "gepo": {"stats_scope": "per_data_source", **gepo},
                       "edge_grpo": edge_grpo or {},
-                      "gec": {"enable": True}, "rollout_correction": {"bypass_mode": bypass}},
+                      "gec": {"enable": True, **(gec_options or {})}, "rollout_correction": {"bypass_mode": bypass}},
         "actor_rollout_ref": {"rollout": {"n": N}},
     })
     return trainer
@@ -319,3 +329,47 @@ def test_a_verl_that_picks_other_outputs_is_refused(monkeypatch):
             verl_compat.check_v1_multi_output()
     finally:
         verl_compat.check_v1_multi_output.cache_clear()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gepo"])  # verl's own estimator and one of verl_ext's
+def test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss(monkeypatch, estimator):
+    """prefix_advantage=before: the first attempts' tokens of the all-wrong group (r0 = 0 for all: Â(r0) = 0) get 0,
+    those of the mixed group (r0 = r1 there) keep their advantage, the edit's tokens keep Â(r1); injected_loss=shaped:
+    the answer and EOS tokens of the edited real rows are marked in TransferQueue for the actor loss."""
+    from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+
+    results = {}
+    for name, options in (("paper", {}), ("credit", {"prefix_advantage": "before", "injected_loss": "shaped"})):
+        store = _store(monkeypatch)
+        batch = _batch(store, 16, edit_spans=True)  # 12 rows padded to 16
+        trainer = _trainer(estimator, gec_options=options)
+        metrics: dict = {}
+        batch = trainer._compute_advantage(batch, metrics)
+        results[name] = (batch, store, metrics, trainer)
+    batch, store, metrics, trainer = results["credit"]
+    paper_batch, paper_store = results["paper"][:2]
+    real = v1.real_rows(batch.tags)
+    for key, paper_key, is_real in zip(batch.keys, paper_batch.keys, real):  # padding rows: fresh keys per run
+        row, adv, paper = store.rows[key], store.rows[key]["advantages"], paper_store.rows[paper_key]["advantages"]
+        spans = row["extra_fields"][gec.KEY_SPANS] if isinstance(row["extra_fields"], dict) else None
+        edited = is_real and row["extra_fields"][gec.KEY_BRANCH] == gec.BRANCH_ANSWER
+        n = row["responses"].numel()
+        half = n // 2 if edited else 0
+        off = row[OFF_POLICY_MASK_KEY][:n]
+        if not edited:
+            assert torch.equal(adv, paper) and off.sum() == 0, key
+            continue
+        assert spans is None or spans[0][2] == half
+        all_wrong_group = key.startswith("u2_")
+        expected_prefix = torch.zeros(half) if all_wrong_group else paper[:half]
+        assert torch.allclose(adv[:half], expected_prefix, atol=1e-6), key
+        assert torch.equal(adv[half:], paper[half:]), key
+        assert off.tolist() == [0.0] * half + [1.0] * (n - half), key
+    assert metrics["gec/credit/prefix_token_count"] > 0 and metrics["gec/credit/off_policy_token_count"] > 0
+    if estimator == "gepo":  # one update of the history per step, the r0 pass aside
+        assert trainer.entropy_history.state_dict() == results["paper"][3].entropy_history.state_dict()
+    else:  # verl's own advantage: verl_ext's step diagnostics and GEC's metrics, none of its estimators' metrics
+        paper_metrics = ours(results["paper"][2])
+        assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
+                "gec/acc_before"} <= set(paper_metrics)
+        assert not any(k.startswith(("edge_grpo/", "gepo/")) for k in paper_metrics)

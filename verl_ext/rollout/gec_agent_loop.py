@@ -9,7 +9,9 @@ When on (training rollouts), the single-turn generation gets at most ``gec.first
 tokens); then the loop
   1. scores the response with verl's own reward manager (``verl.trainer.ppo.reward.load_reward_manager``: the
      same ``reward.custom_reward_function`` / default ``compute_score`` and reward manager as verl's reward loop);
-  2. decides right/wrong (the reward's ``acc`` when it returns one, else ``correct_threshold``), picks a branch
+  2. decides right/wrong (the reward's ``acc`` when it returns one, else ``correct_threshold``); with
+     ``edit_scope=all_wrong_groups`` it waits for the other first attempts of its group (``GroupFirstAttempts``) and
+     leaves a wrong response alone when one of them is right; picks a branch
      (``verl_ext.rollout.gec.choose_branch``) and edits the response token-exactly:
      reflect = response core + cue ids + policy continuation (generated from original prompt + core + cue by the
      same server, up to ``max_continuation_tokens``); answer = core + template ids + EOS; solution = reference

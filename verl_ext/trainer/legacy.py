@@ -64,9 +64,9 @@ class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
                 before, adv_estimator, *args, **kwargs).batch["advantages"]
             return self._ext_credit(data, data.non_tensor_batch, adv_before)
         before = self._ext_pre_correction_batch(data, data.non_tensor_batch)
-        history = None if before is None else self._ext_history_snapshot()
+        snapshot = None if before is None else self._ext_history_snapshot()
         data = self._ext_compute_advantage(data)
-        adv_before = None if before is None else self._ext_advantages_with(history)(before).batch["advantages"]
+        adv_before = None if before is None else self._ext_r0_pass(snapshot)(before).batch["advantages"]
         data.batch.pop(ENTROPY_KEY, None)  # not needed by the actor update
         return self._ext_credit(data, data.non_tensor_batch, adv_before)
 

@@ -29,6 +29,19 @@ logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 
+class FrozenHistory:
+    """A read-only view of a ``GroupEntropyHistory``: ``update`` returns the current thresholds and changes nothing."""
+
+    def __init__(self, history):
+        self._history = history
+
+    def update(self, scope, moments, rule):
+        return self._history.thresholds(scope)
+
+    def __getattr__(self, name):
+        return getattr(self._history, name)
+
+
 @contextlib.contextmanager
 def replaced(module, name: str, replacement):
     """Rebind ``module.name`` for the duration of the block (verl looks these names up at call time)."""
@@ -107,16 +120,22 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         return pre_correction_batch(data, non_tensor_batch)
 
     def _ext_history_snapshot(self):
-        """A copy of GEPO's history before this step's update: the r0 pass shapes with the step's thresholds and
-        leaves the run's history as one update per step."""
-        return copy.deepcopy(self.entropy_history)
+        """Taken before the step's estimator pass: a copy of GEPO's history, for the r0 pass when the thresholds
+        shape before they take the batch in (``gepo.update_before_shaping=false``); None otherwise."""
+        return None if self.ext_config.gepo.update_before_shaping else copy.deepcopy(self.entropy_history)
 
-    def _ext_advantages_with(self, history):
-        """``compute(data, rows)`` for an extra pass of verl_ext's estimator (the r0 one): its own ``history``, no
-        step metrics."""
+    def _ext_r0_history(self, snapshot):
+        """The history the r0 pass of verl_ext's estimator reads, after the step's own pass: the thresholds that pass
+        shaped with, and no second update of the run's history. ``update_before_shaping`` (the paper): the history
+        as the step left it, read-only; otherwise the copy from before the step (``_ext_history_snapshot``)."""
+        return FrozenHistory(self.entropy_history) if snapshot is None else snapshot
+
+    def _ext_r0_pass(self, snapshot):
+        """``compute(data, rows)`` for the r0 pass of verl_ext's estimator, run after the step's own pass: the
+        history of ``_ext_r0_history``, no step metrics."""
         def compute(data: DataProto, rows: np.ndarray | None = None) -> DataProto:
             return compute_extension_advantage(data, str(self.config.algorithm.adv_estimator), self.config.algorithm,
-                                               history, rows)[0]
+                                               self._ext_r0_history(snapshot), rows)[0]
         return compute
 
     def _ext_credit(self, data: DataProto, non_tensor_batch: dict, adv_before=None,

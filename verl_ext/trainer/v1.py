@@ -123,10 +123,10 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
                 if data_source is not None:
                     data.non_tensor_batch["data_source"] = as_object_array(data_source)
                 before = self._ext_pre_correction_batch(data, gec_rows)
-                history = None if before is None else self._ext_history_snapshot()
+                snapshot = None if before is None else self._ext_history_snapshot()
                 data = on_final_outputs(data, batch_keys, real, self._ext_compute_advantage)
                 adv_before = None if before is None else on_final_outputs(
-                    before, batch_keys, real, self._ext_advantages_with(history)).batch["advantages"]
+                    before, batch_keys, real, self._ext_r0_pass(snapshot)).batch["advantages"]
                 loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY)
                                     if k in data.batch.keys()})
             data = self._ext_credit(data, gec_rows, adv_before, rows=real)

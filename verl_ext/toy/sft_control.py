@@ -1,0 +1,112 @@
+"""``python -m verl_ext.toy.sft_control``: GEC's solution branch as plain supervised learning (issue 26 §1).
+
+Separates "the tokens" from "the credit": the solution-only GEC run (``METHOD=gec_solution``: every wrong training
+response is replaced by the prompt's reference solution + EOS and trained with its corrected reward) is mirrored by
+supervised fine-tuning of the same warmed-up model on exactly those solutions, with no RL. For each of ``steps``
+steps, the prompts of the RL run's step (verl's dataloader order: ``RandomSampler`` with a generator seeded by
+``data.seed``, 16 prompts) each get 8 first attempts from the current model (T = 1, GEC's first-generation budget of
+33 tokens, as a GEC training rollout); every wrong one contributes the prompt's reference solution to the step's
+batch, and the step is one AdamW update with the actor's settings (lr 2e-4, weight decay 0.01, gradient clip 1.0) on
+the mean token NLL of those solutions (EOS included). Then the held-out figures, measured as the build measures step
+0 (``build.reason_step0_figures``). If SFT on the correct solutions keeps ``toy_chain`` while the solution branch
+loses it, the cause is the credit the RL step gives, not the tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from . import reason
+from .build import reason_step0_figures
+from .model import _answer_ids, _batchify, _prompt_ids, sample_responses
+
+FIRST_BUDGET = 33  # the toy's first-generation budget with GEC on (64 - cue - 30 continuation tokens)
+ROLLOUT_N = 8
+BATCH_PROMPTS = 16
+LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the toy's lr (hydra_configs/toy_cpu.yaml)
+
+
+def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None) -> list[list[tuple[str, tuple]]]:
+    """The (data source, operands) of each step's prompts, in the order verl's seeded RandomSampler draws the RL pool
+    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does)."""
+    split = reason.split_problems()
+    rows = [(r["data_source"], tuple(r["extra_info"]["operands"])) for r in reason.make_rows()[0]]
+    if sources:
+        rows = [r for r in rows if r[0] in sources]
+    assert all(ops in split.train[s] for s, ops in rows)
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    while len(order) < steps * BATCH_PROMPTS:
+        order += torch.randperm(len(rows), generator=generator).tolist()
+    return [[rows[i] for i in order[k * BATCH_PROMPTS:(k + 1) * BATCH_PROMPTS]] for k in range(steps)]
+
+
+def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None) -> dict:
+    """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    log = []
+    for step, prompts in enumerate(step_prompts(seed, steps, sources), start=1):
+        texts = [reason.prompt_text(s, ops) for s, ops in prompts for _ in range(ROLLOUT_N)]
+        truth = [str(reason.answer(ops)) for _, ops in prompts for _ in range(ROLLOUT_N)]
+        model.eval()
+        attempts = sample_responses(model, tok, texts, FIRST_BUDGET, 1.0, seed=seed * 100_003 + step)
+        wrong = [i for i, (a, t) in enumerate(zip(attempts, truth)) if reason.final_answer(a["text"]) != t]
+        entry = {"step": step, "solutions": len(wrong), "acc_before": 1 - len(wrong) / len(texts)}
+        if wrong:
+            seqs, starts = [], []
+            for i in wrong:
+                source, ops = prompts[i // ROLLOUT_N]
+                prompt_ids = _prompt_ids(tok, reason.prompt_text(source, ops))
+                seqs.append(prompt_ids + _answer_ids(tok, reason.solution(source, ops)))
+                starts.append(len(prompt_ids))
+            ids, att, pos, labels = _batchify(seqs, tok.pad_token_id, starts)
+            model.train()
+            loss = model(input_ids=ids, attention_mask=att, position_ids=pos, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            opt.step()
+            entry["loss"] = round(float(loss.detach()), 4)
+        log.append(entry)
+    model.eval()
+    return {"steps": log}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m verl_ext.toy.sft_control", description=__doc__)
+    ap.add_argument("--seed", type=int, default=1, help="data.seed / rollout.seed of the RL run mirrored (default 1)")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--train-sources", nargs="*", default=None, help="as +toy.train_sources (default: all three)")
+    ap.add_argument("--json", action="store_true", help="print the result as one JSON line at the end")
+    args = ap.parse_args(argv)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .build import build_toy_assets
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    assets = build_toy_assets(verbose=False)
+    model = AutoModelForCausalLM.from_pretrained(assets.model_path, dtype=torch.float32, attn_implementation="sdpa")
+    tok = AutoTokenizer.from_pretrained(assets.model_path)
+    t0 = time.time()
+    before = reason_step0_figures(model, tok, reason.split_problems())
+    trained = sft_on_solutions(model, tok, args.seed, args.steps, tuple(args.train_sources or ()) or None)
+    after = reason_step0_figures(model, tok, reason.split_problems())
+    result = {"seed": args.seed, "steps": args.steps, "before": before, "after": after,
+              "solutions": sum(s["solutions"] for s in trained["steps"]), "seconds": round(time.time() - t0, 1),
+              "acc_before_first_last": [trained["steps"][0]["acc_before"], trained["steps"][-1]["acc_before"]]}
+    for source in before:
+        print(f"{source}: sampled {before[source]['acc_t1']:.3f} -> {after[source]['acc_t1']:.3f}, "
+              f"greedy {before[source]['acc_greedy']:.3f} -> {after[source]['acc_greedy']:.3f}")
+    print(f"{result['solutions']} solutions in {args.steps} steps, {result['seconds']} s")
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
