@@ -9,7 +9,8 @@ written as a PNG under OUT; a metric no run logged is skipped, and so is a figur
 table (markdown, printed and written to ``OUT/summary.md``) holds the mean of the last N logged values of training
 metrics and the last value of validation metrics.  ``--by-method`` adds a second table with one row per method:
 runs whose labels differ only in a ``_seed<N>`` suffix (``examples/toy/compare.sh``'s ``toy_<method>_seed<N>``) are
-one method, shown as the mean over its seeds with the seeds' range.
+one method, shown as the mean over its seeds with the seeds' range, and the figures then draw one line per method
+(the mean over its seeds, the seeds' range shaded) instead of one per run.
 """
 
 from __future__ import annotations
@@ -44,6 +45,44 @@ class RunMetrics:
         """(steps, values) of one metric, in step order, finite values only."""
         points = [(s, v[key]) for s, v in sorted(self.steps.items()) if key in v and math.isfinite(v[key])]
         return [s for s, _ in points], [v for _, v in points]
+
+
+@dataclass
+class MethodMetrics:
+    """The runs of one method (``method_of``: labels that differ only in ``_seed<N>``), drawn as one line: the mean
+    over its seeds at each step, and the seeds' range."""
+
+    label: str
+    runs: list[RunMetrics]
+
+    def keys(self) -> set[str]:
+        return set().union(*(run.keys() for run in self.runs))
+
+    def _points(self, key: str) -> dict[int, list[float]]:
+        points: dict[int, list[float]] = {}
+        for run in self.runs:
+            for step, value in zip(*run.series(key)):
+                points.setdefault(step, []).append(value)
+        return dict(sorted(points.items()))
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, mean over the seeds that logged the step)."""
+        points = self._points(key)
+        return list(points), [sum(v) / len(v) for v in points.values()]
+
+    def spread(self, key: str) -> tuple[list[int], list[float], list[float]]:
+        """(steps, min, max) over the seeds."""
+        points = self._points(key)
+        return list(points), [min(v) for v in points.values()], [max(v) for v in points.values()]
+
+
+def group_by_method(runs: list[RunMetrics]) -> list[MethodMetrics]:
+    """One ``MethodMetrics`` per method, in the order of the methods' first runs; its label says how many seeds."""
+    methods: dict[str, list[RunMetrics]] = {}
+    for run in runs:
+        methods.setdefault(method_of(run.label), []).append(run)
+    return [MethodMetrics(f"{name} ({len(group)} seed{'s' if len(group) > 1 else ''})", group)
+            for name, group in methods.items()]
 
 
 def is_metrics_file(path: Path) -> bool:
@@ -222,8 +261,11 @@ def layout(figure: Figure, runs: list[RunMetrics]) -> list[list[Axes]]:
     return rows
 
 
-def draw_figure(figure: Figure, runs: list[RunMetrics], out_dir: Path) -> Path | None:
-    """Write ``out_dir/<figure.name>.png``; None (nothing written) when no run logged any of its metrics."""
+def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "") -> Path | None:
+    """Write ``out_dir/<figure.name>.png``; None (nothing written) when no run logged any of its metrics.
+
+    ``runs``: ``RunMetrics`` (one line each) or ``MethodMetrics`` (one line per method, the seeds' range shaded).
+    Legends sit outside the axes, right of each panel; ``note`` goes under the figure's title."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless
@@ -237,7 +279,7 @@ def draw_figure(figure: Figure, runs: list[RunMetrics], out_dir: Path) -> Path |
         flat = [row[0] for row in rows]
         width = min(3, len(flat))
         rows = [flat[i: i + width] for i in range(0, len(flat), width)]
-    fig, grid = plt.subplots(len(rows), width, figsize=(5.2 * width, 3.6 * len(rows)), squeeze=False)
+    fig, grid = plt.subplots(len(rows), width, figsize=(7.6 * width, 3.6 * len(rows)), squeeze=False)
     run_colour = {run.label: f"C{i % 10}" for i, run in enumerate(runs)}
     styles = ["-", "--", ":", "-."]
     for row, axes_row in zip(rows, grid):
@@ -259,7 +301,10 @@ def draw_figure(figure: Figure, runs: list[RunMetrics], out_dir: Path) -> Path |
                     label = line.run.label + (f" · {display}" if display else "")
                 marker = "o" if len(steps) <= 20 else None
                 ax.plot(steps, values, style, color=colour, label=label, marker=marker, markersize=3)
-                if item.spec.std_suffix:
+                if isinstance(line.run, MethodMetrics) and len(line.run.runs) > 1:
+                    band_steps, low, high = line.run.spread(line.key)
+                    ax.fill_between(band_steps, low, high, color=colour, alpha=0.15, linewidth=0)
+                elif item.spec.std_suffix:
                     _draw_std_band(ax, line, item.spec.std_suffix, steps, values, colour)
             if shared:
                 ax.set_ylim(*shared)
@@ -267,14 +312,14 @@ def draw_figure(figure: Figure, runs: list[RunMetrics], out_dir: Path) -> Path |
             ax.set_xlabel("step")
             ax.set_ylabel(item.spec.ylabel)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         for ax in axes_row[len(row):]:
             ax.set_visible(False)
-    fig.suptitle(figure.title)
+    fig.suptitle(figure.title + (f"\n{note}" if note else ""), fontsize=11)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{figure.name}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -426,8 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         note = f", {run.bad_lines} unreadable line(s) skipped" if run.bad_lines else ""
         print(f"run {run.label}: {len(run.steps)} logged steps from {run.source}{note}")
+    drawn, note = runs, ""
+    if args.by_method:  # one line per method: the mean over its seeds, the seeds' range shaded
+        drawn = group_by_method(runs)
+        note = "one line per method: mean over its seeds, shaded: the seeds' range (min-max)"
     for figure in FIGURES:
-        path = draw_figure(figure, runs, out)
+        path = draw_figure(figure, drawn, out, note)
         print(f"wrote {path}" if path else f"skipped {figure.name}.png: no run logged its metrics")
     table = summary_table(runs, args.last)
     if args.by_method:
