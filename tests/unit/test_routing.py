@@ -176,7 +176,8 @@ def test_legacy_checkpoint_writes_history_before_verl_marks_the_step(tmp_path, m
 def test_v1_trainers_are_extended_per_mode_keeping_verl_mode_names():
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    from verl_ext.trainer.v1 import ExtV1TrainerMixin, _fit_width, install_extension_trainers
+    from verl_ext.trainer.advantage import fit_width
+    from verl_ext.trainer.v1 import ExtV1TrainerMixin, install_extension_trainers
 
     before = dict(TRAINER_REGISTRY)
     try:
@@ -189,8 +190,8 @@ def test_v1_trainers_are_extended_per_mode_keeping_verl_mode_names():
         TRAINER_REGISTRY.clear()
         TRAINER_REGISTRY.update(before)
     like = torch.zeros(2, 4)
-    assert _fit_width(torch.ones(2, 3), like).tolist() == [[1, 1, 1, 0]] * 2
-    assert _fit_width(torch.ones(2, 6), like).shape == (2, 4)
+    assert fit_width(torch.ones(2, 3), like).tolist() == [[1, 1, 1, 0]] * 2
+    assert fit_width(torch.ones(2, 6), like).shape == (2, 4)
 
 
 def test_batch_diagnostics_values():

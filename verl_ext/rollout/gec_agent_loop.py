@@ -428,8 +428,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
             if kwargs.get("uid") is None:
                 raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups needs each row's uid (verl's "
                                  "trainers pass it to the agent loop); this row has none")
-            group_all_wrong = await _FIRST_ATTEMPTS.all_wrong(kwargs["uid"], int(self.rollout_config.n),
-                                                              correct_before)
+            steps = kwargs.get("global_steps")  # with the uid: a prompt drawn again at another step is another group
+            key = (str(kwargs["uid"]), steps.item() if hasattr(steps, "item") else steps)
+            group_all_wrong = await _FIRST_ATTEMPTS.all_wrong(key, int(self.rollout_config.n), correct_before)
         branch = gec.choose_branch(
             cfg,
             correct=correct_before,
