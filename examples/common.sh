@@ -49,6 +49,15 @@ vx_method() {
         gec_solution) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                         algorithm.gec.mode=gec algorithm.gec.p_reflect=0 algorithm.gec.p_answer=0
                                         algorithm.gec.p_solution=1) ;;
+        # an injection branch with the reflect branch beside it (p 0.5 / 0.5): alone, the answer and solution
+        # branches make every group all correct (zero advantages, no update), so each needs the reflect branch's
+        # failed corrections to be contrasted with
+        gec_reflect_answer) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                              algorithm.gec.mode=gec algorithm.gec.p_reflect=0.5
+                                              algorithm.gec.p_answer=0.5 algorithm.gec.p_solution=0) ;;
+        gec_reflect_solution) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                                algorithm.gec.mode=gec algorithm.gec.p_reflect=0.5
+                                                algorithm.gec.p_answer=0 algorithm.gec.p_solution=0.5) ;;
         edge_grpo_masked) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                             algorithm.gec.mode=gec algorithm.gec.mask_injected=true) ;;
         # GEC's credit options (docs/gec.md "Credit options"), each alone with edge_grpo, and all three together
@@ -68,7 +77,7 @@ vx_method() {
                                     algorithm.edge_grpo.entropy_grad=true) ;;
         edge_grpo_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                           algorithm.gec.mode=gec algorithm.edge_grpo.entropy_grad=true) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit eda_grad edge_grpo_grad)" ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit eda_grad edge_grpo_grad)" ;;
     esac
 }
 

@@ -107,6 +107,9 @@ def gepo_expect(task: str, method: str, model: str, out: str, **extra) -> dict:
 TOY_METHOD_KEYS = {
     "gec_answer": {"algorithm.gec.p_reflect": 0, "algorithm.gec.p_answer": 1, "algorithm.gec.p_solution": 0},
     "gec_solution": {"algorithm.gec.p_reflect": 0, "algorithm.gec.p_answer": 0, "algorithm.gec.p_solution": 1},
+    "gec_reflect_answer": {"algorithm.gec.p_reflect": 0.5, "algorithm.gec.p_answer": 0.5, "algorithm.gec.p_solution": 0},
+    "gec_reflect_solution": {"algorithm.gec.p_reflect": 0.5, "algorithm.gec.p_answer": 0,
+                             "algorithm.gec.p_solution": 0.5},
     "edge_grpo_masked": {"algorithm.gec.mask_injected": True},
     "edge_grpo_scope": {"algorithm.gec.edit_scope": "all_wrong_groups"},
     "edge_grpo_before": {"algorithm.gec.prefix_advantage": "before"},
