@@ -72,12 +72,16 @@ vx_method() {
         edge_grpo_credit) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                             algorithm.gec.mode=gec algorithm.gec.edit_scope=all_wrong_groups
                                             algorithm.gec.prefix_advantage=before algorithm.gec.injected_loss=shaped) ;;
+        # the hard split's pair: the option that cuts the all-wrong groups most with the one that keeps the easy families
+        edge_grpo_scope_shaped) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                                  algorithm.gec.mode=gec algorithm.gec.edit_scope=all_wrong_groups
+                                                  algorithm.gec.injected_loss=shaped) ;;
         # EDA in the official code's gradient mode (through 1/H_i), alone and with GEC
         eda_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=false
                                     algorithm.edge_grpo.entropy_grad=true) ;;
         edge_grpo_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                           algorithm.gec.mode=gec algorithm.edge_grpo.entropy_grad=true) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit eda_grad edge_grpo_grad)" ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit edge_grpo_scope_shaped eda_grad edge_grpo_grad)" ;;
     esac
 }
 

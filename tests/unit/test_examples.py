@@ -117,6 +117,7 @@ TOY_METHOD_KEYS = {
     "edge_grpo_shaped": {"algorithm.gec.injected_loss": "shaped"},
     "edge_grpo_credit": {"algorithm.gec.edit_scope": "all_wrong_groups", "algorithm.gec.prefix_advantage": "before",
                          "algorithm.gec.injected_loss": "shaped"},
+    "edge_grpo_scope_shaped": {"algorithm.gec.edit_scope": "all_wrong_groups", "algorithm.gec.injected_loss": "shaped"},
     "eda_grad": {"algorithm.edge_grpo.entropy_grad": True},
     "edge_grpo_grad": {"algorithm.edge_grpo.entropy_grad": True},
     "gepo_per_source": {"algorithm.gepo.stats_scope": "per_data_source"},
