@@ -295,6 +295,38 @@ def test_reason_solutions_and_answers():
             assert wrong.count("=") == sol.count("=")  # the same steps, one of them off
 
 
+@pytest.mark.parametrize("sources", [None, ("toy_chain6",)], ids=["mixture", "toy_chain6"])
+def test_sft_control_draws_the_prompts_verl_gives_the_rl_run(reason_builds, sources):
+    """The supervised control (issue 26 §1) trains on the RL run's prompts, step by step: the rows of the parquet verl
+    reads, in the order of verl's own seeded sampler and training dataloader (the toy's batch, ``drop_last``), and on
+    their reference solutions. Trained on ``toy_chain6`` alone, 60 steps cross an epoch boundary (600 rows: 37 full
+    batches an epoch)."""
+    from omegaconf import OmegaConf
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from verl.trainer.ppo.utils import create_rl_sampler
+
+    from verl_ext.config import GecConfig
+    from verl_ext.toy import sft_control
+
+    a, _ = reason_builds
+    df = pd.read_parquet(toy_build.train_parquet_for(a, sources))
+    rows = [(src, tuple(int(x) for x in info["operands"])) for src, info in zip(df["data_source"], df["extra_info"])]
+    seed, steps, batch = 3, 60, sft_control.BATCH_PROMPTS
+    toy_config = OmegaConf.load(Path(__file__).parents[2] / "hydra_configs" / "toy_cpu.yaml")
+    assert batch == toy_config.data.train_batch_size
+    sampler = create_rl_sampler(OmegaConf.create({"shuffle": True, "seed": seed}), rows)
+    loader = StatefulDataLoader(range(len(rows)), batch_size=batch, drop_last=True, sampler=sampler)
+    expected = []
+    while len(expected) < steps:  # verl's fit(): a fresh pass of the dataloader each epoch
+        expected += [[rows[i] for i in b.tolist()] for b in loader]
+    assert (len(rows) < steps * batch) == (sources is not None)  # the mixture stays in one epoch, toy_chain6 does not
+    assert sft_control.step_prompts(seed, steps, sources) == expected[:steps]
+    # and trains on the text GEC's solution branch injects for them: extra_info[algorithm.gec.solution_key]
+    key = GecConfig().solution_key
+    assert all(toy_reason.solution(src, ops) == info[key]
+               for (src, ops), info in zip(rows, df["extra_info"]))
+
+
 def test_reason_reward(reason_builds):
     a, _ = reason_builds
     spec = importlib.util.spec_from_file_location("reason_reward_under_test", a.reward_path)

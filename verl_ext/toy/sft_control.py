@@ -31,18 +31,22 @@ LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the
 
 
 def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None) -> list[list[tuple[str, tuple]]]:
-    """The (data source, operands) of each step's prompts, in the order verl's seeded RandomSampler draws the RL pool
-    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does)."""
+    """The (data source, operands) of each step's prompts, in the order verl's training dataloader draws the RL pool
+    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does): one permutation
+    per epoch from a generator seeded with ``data.seed`` (``create_rl_sampler``), full batches only (``drop_last``),
+    so a pool that is not a multiple of the batch drops its tail at each epoch's end."""
     split = reason.split_problems()
     rows = [(r["data_source"], tuple(r["extra_info"]["operands"])) for r in reason.make_rows()[0]]
     if sources:
         rows = [r for r in rows if r[0] in sources]
     assert all(ops in split.train[s] for s, ops in rows)
     generator = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-    while len(order) < steps * BATCH_PROMPTS:
-        order += torch.randperm(len(rows), generator=generator).tolist()
-    return [[rows[i] for i in order[k * BATCH_PROMPTS:(k + 1) * BATCH_PROMPTS]] for k in range(steps)]
+    batches: list[list[tuple[str, tuple]]] = []
+    while len(batches) < steps:
+        perm = torch.randperm(len(rows), generator=generator).tolist()
+        batches += [[rows[i] for i in perm[k:k + BATCH_PROMPTS]]
+                    for k in range(0, len(perm) - BATCH_PROMPTS + 1, BATCH_PROMPTS)]
+    return batches[:steps]
 
 
 def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None) -> dict:
