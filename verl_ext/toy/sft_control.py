@@ -31,21 +31,24 @@ LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the
 
 
 def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None) -> list[list[tuple[str, tuple]]]:
-    """The (data source, operands) of each step's prompts, in the order verl's training dataloader draws the RL pool
-    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does): one permutation
-    per epoch from a generator seeded with ``data.seed`` (``create_rl_sampler``), full batches only (``drop_last``),
-    so a pool that is not a multiple of the batch drops its tail at each epoch's end."""
+    """The (data source, operands) of each step's prompts, as verl's legacy trainer draws the RL pool
+    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does): verl's own seeded
+    sampler (``create_rl_sampler``, ``data.seed``) in a dataloader built as ``RayPPOTrainer`` builds its training one
+    (the toy's batch, ``drop_last``), a fresh pass each epoch."""
+    from omegaconf import OmegaConf
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from verl.trainer.ppo.utils import create_rl_sampler
+
     split = reason.split_problems()
     rows = [(r["data_source"], tuple(r["extra_info"]["operands"])) for r in reason.make_rows()[0]]
     if sources:
         rows = [r for r in rows if r[0] in sources]
     assert all(ops in split.train[s] for s, ops in rows)
-    generator = torch.Generator().manual_seed(seed)
+    sampler = create_rl_sampler(OmegaConf.create({"shuffle": True, "seed": seed}), rows)
+    loader = StatefulDataLoader(range(len(rows)), batch_size=BATCH_PROMPTS, drop_last=True, sampler=sampler)
     batches: list[list[tuple[str, tuple]]] = []
     while len(batches) < steps:
-        perm = torch.randperm(len(rows), generator=generator).tolist()
-        batches += [[rows[i] for i in perm[k:k + BATCH_PROMPTS]]
-                    for k in range(0, len(perm) - BATCH_PROMPTS + 1, BATCH_PROMPTS)]
+        batches += [[rows[i] for i in batch.tolist()] for batch in loader]
     return batches[:steps]
 
 
