@@ -40,7 +40,7 @@ from verl_ext.trainer.eda_loss import (
     EntropyGradPPOLoss,
     summarize_entropy_grad_metrics,
 )
-from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 from verl_ext.trainer.gec_loss import SHAPED_PROB_MEAN, ShapedInjectedPPOLoss, summarize_shaped_loss_metrics
 
 edge = get_adv_estimator_fn("edge_grpo")

@@ -20,7 +20,7 @@ from verl_ext.algos.history import GroupEntropyHistory
 from verl_ext.config import ConfigError, GecConfig
 from verl_ext.rollout import gec
 from verl_ext.rollout.gec_agent_loop import GroupFirstAttempts
-from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY, credit_edited_responses
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY, credit_edited_responses
 from verl_ext.trainer.legacy import ExtRayPPOTrainer
 
 EPS = 1e-6

@@ -336,7 +336,7 @@ def test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss(mon
     """prefix_advantage=before: the first attempts' tokens of the all-wrong group (r0 = 0 for all: Â(r0) = 0) get 0,
     those of the mixed group (r0 = r1 there) keep their advantage, the edit's tokens keep Â(r1); injected_loss=shaped:
     the answer and EOS tokens of the edited real rows are marked in TransferQueue for the actor loss."""
-    from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+    from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 
     results = {}
     for name, options in (("paper", {}), ("credit", {"prefix_advantage": "before", "injected_loss": "shaped"})):

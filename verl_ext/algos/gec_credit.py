@@ -1,5 +1,5 @@
 """Credit for GEC's edited responses (docs/gec.md "Credit options"): which tokens of an edited response get which
-advantage and which loss. torch only; the trainers' glue is ``verl_ext.trainer.gec_credit``.
+advantage and which loss. torch only; the trainers' glue is ``verl_ext.trainer.gec_advantage``.
 
 An edited response is P (the policy's own first attempt, kept before the edit) then the edit: the cue and the
 policy's continuation (reflect), or the injected answer / reference solution and EOS. r0 / r1: its reward before /

@@ -7,7 +7,7 @@ and its ratio, leaves them out while they stay in its token count), then adds -�
 aggregated by verl's ``agg_loss`` with the same mode and global-batch normalisation: verl's aggregations are linear
 in the per-token loss for a fixed mask, so the sum is one loss whose token t is either PPO's or LUFFY's. KL,
 entropy and everything else stay verl's. The mask comes from the driver with each response
-(``verl_ext.trainer.gec_credit.OFF_POLICY_MASK_KEY``).
+(``verl_ext.trainer.gec_advantage.OFF_POLICY_MASK_KEY``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from verl_ext.algos.gec_credit import shaped_off_policy_loss
 from verl_ext.trainer.advantage import fit_width
-from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 
 SHAPED_PROB_SUM = "gec/credit/raw/off_policy_prob_sum"  # per micro-batch: Σ π_θ over the off-policy tokens
 SHAPED_TOKENS = "gec/credit/raw/off_policy_tokens"

@@ -6,7 +6,7 @@ legacy loop, looked up at call time) through the shared function while it runs (
 function, and the step diagnostics from its output), ``_update_actor`` adds the step's advantage and GEC metrics to
 the actor metrics that ``fit()`` logs, ``_log_rollout_data`` adds GEC's columns to verl's rollout dump, ``_get_gen_batch`` tags rows as training or validation rollouts while GEC is
 on (``_validate`` marks its calls); the mixin's checkpoint hooks keep the history; GEC's credit options
-(``gec_credit.py``) act on the advantages of either kind of estimator; ``init_workers`` installs verl_ext's actor
+(``gec_advantage.py``) act on the advantages of either kind of estimator; ``init_workers`` installs verl_ext's actor
 loss when one is on (entropy_grad, GEC's shaped loss).
 """
 

@@ -20,7 +20,7 @@ from verl import DataProto
 
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
-from verl_ext.trainer.gec_credit import credit_active, credit_edited_responses, pre_correction_batch
+from verl_ext.trainer.gec_advantage import credit_active, credit_edited_responses, pre_correction_batch
 from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
@@ -113,7 +113,7 @@ class ExtTrainerMixin(EntropyHistoryMixin):
 
     def _ext_pre_correction_batch(self, data: DataProto, non_tensor_batch: dict) -> DataProto | None:
         """With ``gec.prefix_advantage=before``: the batch with the first attempts' rewards, for the estimator's
-        advantage of r0 (``gec_credit.pre_correction_batch``); else None."""
+        advantage of r0 (``gec_advantage.pre_correction_batch``); else None."""
         gec = self.ext_config.gec
         if not (gec.enable and gec.prefix_advantage == "before"):
             return None
@@ -140,7 +140,7 @@ class ExtTrainerMixin(EntropyHistoryMixin):
 
     def _ext_credit(self, data: DataProto, non_tensor_batch: dict, adv_before=None,
                     rows: np.ndarray | None = None) -> DataProto:
-        """GEC's credit options on the step's advantages (``gec_credit.credit_edited_responses``), their metrics
+        """GEC's credit options on the step's advantages (``gec_advantage.credit_edited_responses``), their metrics
         added to the step's."""
         gec = self.ext_config.gec
         if credit_active(gec):

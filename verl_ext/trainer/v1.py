@@ -5,7 +5,7 @@ What the subclass adds to verl's step:
 * ``_compute_advantage``: fetches what verl's own fetch leaves out (the old-log-prob pass's ``entropy``,
   ``data_source``, GEC's fields) from TransferQueue, routes verl_ext's estimators through
   ``advantage.compute_extension_advantage`` (any other estimator stays verl's; its step diagnostics are read from
-  verl's output), applies GEC's credit options (``gec_credit.py``) to either and logs the outcome metrics
+  verl's output), applies GEC's credit options (``gec_advantage.py``) to either and logs the outcome metrics
   (``gec/...``, all-wrong groups);
 * ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
 * ``on_init_end``: installs verl_ext's actor loss when one is on (``edge_grpo.entropy_grad``, GEC's shaped loss),
@@ -40,7 +40,7 @@ from verl_ext.trainer.advantage import (
     verl_step_diagnostics,
 )
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
-from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 from verl_ext.trainer.gec_dump import blank_rows
 from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.gec_metrics import is_count_metric

@@ -1,5 +1,5 @@
-"""Trainer side of GEC's credit options (``algorithm.gec.prefix_advantage`` / ``injected_loss``; the math:
-``verl_ext.algos.gec_credit``, the rules: docs/gec.md "Credit options").
+"""GEC's credit options (``algorithm.gec.prefix_advantage`` / ``injected_loss``) on a step's advantages: the trainers'
+glue (the rules, torch only: ``verl_ext.algos.gec_credit``; docs/gec.md "Credit options").
 
 Both trainers call these around their advantage computation, with any ``adv_estimator``: ``pre_correction_batch``
 gives the estimator a copy of the batch whose outcomes are the first attempts' rewards r0 (for ``before``), and
