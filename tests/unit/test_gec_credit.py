@@ -20,7 +20,7 @@ from verl_ext.algos.history import GroupEntropyHistory
 from verl_ext.config import ConfigError, GecConfig
 from verl_ext.rollout import gec
 from verl_ext.rollout.gec_agent_loop import GroupFirstAttempts
-from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY, credit_edited_responses
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY, advantages_with_credit, credit_edited_responses
 from verl_ext.trainer.legacy import ExtRayPPOTrainer
 
 EPS = 1e-6
@@ -139,6 +139,68 @@ def test_gepo_shapes_both_passes_with_the_steps_thresholds_and_updates_its_histo
     assert torch.allclose(out.batch["advantages"], expected, atol=1e-6)
     assert not torch.allclose(reference["after"], reference["before"])
     assert trainer.entropy_history.num_updates("global") == 1 and metrics["gepo/history_updates"] == 1
+
+
+@pytest.mark.parametrize("update_before_shaping", [True, False])
+def test_gepos_r0_pass_shapes_with_the_thresholds_of_the_steps_pass(update_before_shaping):
+    """With a history from an earlier step that shapes nothing (thresholds 0 and 10) and ema_gamma=1 (the step's
+    update makes group a low-entropy and b high): the r0 pass shapes as the step's pass does, before the step's
+    update (``update_before_shaping=false``: a copy from before the step) or after it (true: the step's history)."""
+    trainer = _trainer("gepo", prefix_advantage="before")
+    trainer.config.algorithm.gepo = {"alpha_low": 0.5, "alpha_high": 0.2, "ema_gamma": 1.0,
+                                     "update_before_shaping": update_before_shaping}
+    earlier = {"version": 1, "scopes": {"global": {"h_low": 0.0, "h_high": 10.0, "num_updates": 1}}}
+    trainer.entropy_history.load_state_dict(earlier)
+    data = _batch()
+    r0 = pre_correction_rewards(data.batch["token_level_rewards"], data.batch["response_mask"],
+                                data.batch["token_level_scores"].sum(-1), torch.tensor([r[2] for r in ROWS]))
+
+    def reference(rewards, state, shape_first=False):  # shape_first: with the state's thresholds, then update
+        history, config = GroupEntropyHistory(), OmegaConf.create(OmegaConf.to_container(trainer.config.algorithm))
+        history.load_state_dict(state)
+        if shape_first:
+            config.gepo.update_before_shaping = False
+        return get_adv_estimator_fn("gepo")(
+            token_level_rewards=rewards, response_mask=data.batch["response_mask"], index=data.non_tensor_batch["uid"],
+            config=config, entropy_history=history, old_log_probs=data.batch["old_log_probs"],
+            metrics={}, loss_inputs={})[0]
+
+    adv_after, adv_before = reference(data.batch["token_level_rewards"], earlier), reference(r0, earlier)
+    out, _ = _advantages(trainer, data)
+    prefix, _ = edit_masks([r[1] for r in ROWS], [r[0] in gec.EDIT_BRANCHES for r in ROWS], WIDTH)
+    expected = split_prefix_credit(adv_after, prefix & out.batch["response_mask"].bool(), "before", adv_before)
+    assert torch.allclose(out.batch["advantages"], expected, atol=1e-6)
+    assert trainer.entropy_history.num_updates("global") == 2
+    # an r0 pass shaped with the other thresholds (before the step's update / after it) fails the check above
+    other = earlier if update_before_shaping else trainer.entropy_history.state_dict()
+    wrong = split_prefix_credit(adv_after, prefix & out.batch["response_mask"].bool(), "before",
+                                reference(r0, other, shape_first=True))
+    assert not torch.allclose(wrong, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["after", "before", "zero"])
+def test_the_r0_pass_is_prepared_before_the_steps_pass_and_runs_only_for_before(rule):
+    """The one sequence both trainers call: the r0 pass is prepared before the step's pass (which may change the
+    state it reads), runs after it on the batch with r0, and neither happens unless ``prefix_advantage=before``."""
+    calls = []
+
+    def estimator(name):
+        def run(batch):
+            calls.append((name, batch.batch["token_level_rewards"].sum().item()))
+            batch.batch["advantages"] = torch.zeros_like(batch.batch["response_mask"])
+            return batch
+        return run
+
+    def prepare_r0_pass():
+        calls.append(("prepare", None))
+        return estimator("r0")
+
+    data = _batch()
+    r1_sum, r0_sum = data.batch["token_level_rewards"].sum().item(), sum(r[2] for r in ROWS)
+    cfg = GecConfig(enable=True, prefix_advantage=rule).validate()
+    advantages_with_credit(data, data.non_tensor_batch, cfg, estimator("step"), prepare_r0_pass)
+    expected = [("prepare", None), ("step", r1_sum), ("r0", r0_sum)] if rule == "before" else [("step", r1_sum)]
+    assert calls == expected
 
 
 def test_shaped_marks_the_injected_answer_and_solution_tokens_for_the_loss():

@@ -1,13 +1,16 @@
 """GEC's credit options (``algorithm.gec.prefix_advantage`` / ``injected_loss``) on a step's advantages: the trainers'
 glue (the rules, torch only: ``verl_ext.algos.gec_credit``; docs/gec.md "Credit options").
 
-Both trainers call these around their advantage computation, with any ``adv_estimator``: ``pre_correction_batch``
-gives the estimator a copy of the batch whose outcomes are the first attempts' rewards r0 (for ``before``), and
-``credit_edited_responses`` writes the per-token advantages of the edited responses and, for ``shaped``, the mask
-of the tokens the actor loss trains off-policy (``OFF_POLICY_MASK_KEY``, read by ``verl_ext.trainer.gec_loss``).
+Both trainers compute a step's advantages through ``advantages_with_credit``, with any ``adv_estimator``:
+``pre_correction_batch`` gives the estimator a copy of the batch whose outcomes are the first attempts' rewards r0
+(for ``before``), and ``credit_edited_responses`` writes the per-token advantages of the edited responses and, for
+``shaped``, the mask of the tokens the actor loss trains off-policy (``OFF_POLICY_MASK_KEY``, read by
+``verl_ext.trainer.gec_loss``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -24,6 +27,11 @@ OFF_POLICY_MASK_KEY = "gec_off_policy_mask"
 def credit_active(gec) -> bool:
     """Whether GEC's credit options change anything in the trainer (the agent loop handles ``edit_scope``)."""
     return bool(gec.enable) and (gec.prefix_advantage != "after" or gec.injected_loss == "shaped")
+
+
+def needs_pre_correction(gec) -> bool:
+    """Whether the step also runs the estimator on the first attempts' rewards r0 (``prefix_advantage=before``)."""
+    return bool(gec.enable) and gec.prefix_advantage == "before"
 
 
 def _outcomes(data: DataProto) -> torch.Tensor:
@@ -85,3 +93,35 @@ def credit_edited_responses(data: DataProto, non_tensor_batch: dict, gec, adv_be
         data.batch[OFF_POLICY_MASK_KEY] = off_policy.to(advantages.dtype)
         metrics["gec/credit/off_policy_token_count"] = float(off_policy.sum().item())
     return metrics
+
+
+# an estimator pass: the batch -> the batch with ``advantages`` (and ``returns``) written
+EstimatorPass = Callable[[DataProto], DataProto]
+
+
+def advantages_with_credit(data: DataProto, non_tensor_batch: dict, gec, step_pass: EstimatorPass,
+                           prepare_r0_pass: Callable[[], EstimatorPass],
+                           rows: np.ndarray | None = None) -> tuple[DataProto, dict[str, float]]:
+    """A step's advantages with GEC's credit options, for both trainers and any estimator: the pre-correction batch
+    (``prefix_advantage=before``), the step's estimator pass, the same estimator on the pre-correction batch (r0),
+    then ``credit_edited_responses``.
+
+    Args:
+        data: the step's batch (rewards after correction).
+        non_tensor_batch: where GEC's per-row fields are (flat columns, or v1's ``extra_fields``), in row order.
+        gec: the run's ``GecConfig``.
+        step_pass: the step's estimator pass on ``data`` (its metrics are the caller's).
+        prepare_r0_pass: called before ``step_pass``, only when the r0 pass runs; returns that pass (it may keep
+            state ``step_pass`` changes, e.g. a copy of GEPO's history).
+        rows: (B,) bool, the real rows (v1 leaves verl's padding rows out); None: all.
+
+    Returns:
+        (``data`` with the credited advantages, the credit metrics: {} when the options change nothing).
+    """
+    before = pre_correction_batch(data, non_tensor_batch) if needs_pre_correction(gec) else None
+    r0_pass = None if before is None else prepare_r0_pass()
+    data = step_pass(data)
+    adv_before = None if before is None else r0_pass(before).batch["advantages"]
+    if not credit_active(gec):
+        return data, {}
+    return data, credit_edited_responses(data, non_tensor_batch, gec, adv_before, rows)

@@ -16,7 +16,7 @@ from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 
 from verl_ext.names import TRAINING_ROLLOUT_KEY
-from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator, verl_step_diagnostics
+from verl_ext.trainer.advantage import ENTROPY_KEY, is_extension_estimator
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
@@ -57,18 +57,13 @@ class ExtRayPPOTrainer(ExtTrainerMixin, RayPPOTrainer):
             data.batch["response_mask"] = compute_response_mask(data)
         if not is_extension_estimator(adv_estimator):  # verl's own computation, on the batch verl would pass it
             entropy = data.batch.pop(ENTROPY_KEY, None)
-            before = self._ext_pre_correction_batch(data, data.non_tensor_batch)
-            data = self._verl_compute_advantage(data, adv_estimator, *args, **kwargs)
-            self._ext_metrics = verl_step_diagnostics(data, entropy)
-            adv_before = None if before is None else self._verl_compute_advantage(
-                before, adv_estimator, *args, **kwargs).batch["advantages"]
-            return self._ext_credit(data, data.non_tensor_batch, adv_before)
-        before = self._ext_pre_correction_batch(data, data.non_tensor_batch)
-        snapshot = None if before is None else self._ext_history_snapshot()
-        data = self._ext_compute_advantage(data)
-        adv_before = None if before is None else self._ext_r0_pass(snapshot)(before).batch["advantages"]
+            passes = self._ext_verl_passes(
+                lambda batch: self._verl_compute_advantage(batch, adv_estimator, *args, **kwargs), entropy)
+        else:
+            passes = self._ext_estimator_passes()
+        data = self._ext_credited_advantage(data, data.non_tensor_batch, passes)
         data.batch.pop(ENTROPY_KEY, None)  # not needed by the actor update
-        return self._ext_credit(data, data.non_tensor_batch, adv_before)
+        return data
 
     def _log_rollout_data(self, batch, reward_extra_infos_dict, timing_raw, rollout_data_dir):
         # verl dumps every list of per-row values it is handed next to its own columns: add what GEC wrote

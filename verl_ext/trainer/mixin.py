@@ -14,13 +14,14 @@ import contextlib
 import copy
 import logging
 import os
+from collections.abc import Callable
 
 import numpy as np
 from verl import DataProto
 
 from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
-from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator
-from verl_ext.trainer.gec_advantage import credit_active, credit_edited_responses, pre_correction_batch
+from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator, verl_step_diagnostics
+from verl_ext.trainer.gec_advantage import EstimatorPass, advantages_with_credit
 from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
@@ -111,40 +112,45 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         self._ext_metrics = metrics
         return data
 
-    def _ext_pre_correction_batch(self, data: DataProto, non_tensor_batch: dict) -> DataProto | None:
-        """With ``gec.prefix_advantage=before``: the batch with the first attempts' rewards, for the estimator's
-        advantage of r0 (``gec_advantage.pre_correction_batch``); else None."""
-        gec = self.ext_config.gec
-        if not (gec.enable and gec.prefix_advantage == "before"):
-            return None
-        return pre_correction_batch(data, non_tensor_batch)
+    def _ext_estimator_passes(self, per_session=None) -> tuple[EstimatorPass, Callable[[], EstimatorPass]]:
+        """verl_ext's estimator as the two passes of ``advantages_with_credit``: the step's (``_ext_compute_advantage``:
+        the step's metrics, one update of GEPO's history) and the r0 pass, prepared before it: no step metrics, the
+        thresholds the step's pass shaped with and no second update of the run's history (``update_before_shaping``,
+        the paper: the history as the step leaves it, read-only; otherwise a copy taken before the step's pass).
 
-    def _ext_history_snapshot(self):
-        """Taken before the step's estimator pass: a copy of GEPO's history, for the r0 pass when the thresholds
-        shape before they take the batch in (``gepo.update_before_shaping=false``); None otherwise."""
-        return None if self.ext_config.gepo.update_before_shaping else copy.deepcopy(self.entropy_history)
+        ``per_session(compute)``: the pass made of ``compute(data, rows)`` (v1: ``on_final_outputs``); None:
+        ``compute`` itself.
+        """
+        per_session = per_session or (lambda compute: compute)
 
-    def _ext_r0_history(self, snapshot):
-        """The history the r0 pass of verl_ext's estimator reads, after the step's own pass: the thresholds that pass
-        shaped with, and no second update of the run's history. ``update_before_shaping`` (the paper): the history
-        as the step left it, read-only; otherwise the copy from before the step (``_ext_history_snapshot``)."""
-        return FrozenHistory(self.entropy_history) if snapshot is None else snapshot
+        def prepare_r0_pass() -> EstimatorPass:
+            snapshot = None if self.ext_config.gepo.update_before_shaping else copy.deepcopy(self.entropy_history)
 
-    def _ext_r0_pass(self, snapshot):
-        """``compute(data, rows)`` for the r0 pass of verl_ext's estimator, run after the step's own pass: the
-        history of ``_ext_r0_history``, no step metrics."""
-        def compute(data: DataProto, rows: np.ndarray | None = None) -> DataProto:
-            return compute_extension_advantage(data, str(self.config.algorithm.adv_estimator), self.config.algorithm,
-                                               self._ext_r0_history(snapshot), rows)[0]
-        return compute
+            def compute(data: DataProto, rows: np.ndarray | None = None) -> DataProto:
+                history = FrozenHistory(self.entropy_history) if snapshot is None else snapshot
+                return compute_extension_advantage(data, str(self.config.algorithm.adv_estimator),
+                                                   self.config.algorithm, history, rows)[0]
+            return per_session(compute)
 
-    def _ext_credit(self, data: DataProto, non_tensor_batch: dict, adv_before=None,
-                    rows: np.ndarray | None = None) -> DataProto:
-        """GEC's credit options on the step's advantages (``gec_advantage.credit_edited_responses``), their metrics
-        added to the step's."""
-        gec = self.ext_config.gec
-        if credit_active(gec):
-            metrics = credit_edited_responses(data, non_tensor_batch, gec, adv_before, rows)
+        return per_session(self._ext_compute_advantage), prepare_r0_pass
+
+    def _ext_verl_passes(self, verl_pass: EstimatorPass, entropy,
+                         diagnosed_rows: np.ndarray | None = None) -> tuple[EstimatorPass, Callable[[], EstimatorPass]]:
+        """verl's own estimator (``verl_pass``) as the two passes of ``advantages_with_credit``: the step's also logs
+        the step diagnostics of its output (``verl_step_diagnostics`` of ``diagnosed_rows``, with the old-log-prob
+        pass's per-token ``entropy``); the r0 pass is ``verl_pass`` itself."""
+        def step_pass(data: DataProto) -> DataProto:
+            data = verl_pass(data)
+            self._ext_metrics = verl_step_diagnostics(data, entropy, diagnosed_rows)
+            return data
+        return step_pass, lambda: verl_pass
+
+    def _ext_credited_advantage(self, data: DataProto, non_tensor_batch: dict, passes,
+                                rows: np.ndarray | None = None) -> DataProto:
+        """The step's advantages from ``passes`` (``_ext_estimator_passes`` / ``_ext_verl_passes``) with GEC's credit
+        options on them (``gec_advantage.advantages_with_credit``), their metrics added to the step's."""
+        data, metrics = advantages_with_credit(data, non_tensor_batch, self.ext_config.gec, *passes, rows=rows)
+        if metrics:
             self._ext_metrics = {**(getattr(self, "_ext_metrics", None) or {}), **metrics}
         return data
 

@@ -37,7 +37,6 @@ from verl_ext.trainer.advantage import (
     fit_width,
     is_extension_estimator,
     on_final_outputs,
-    verl_step_diagnostics,
 )
 from verl_ext.trainer.eda_loss import summarize_entropy_grad_metrics
 from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
@@ -111,27 +110,20 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         def routed(data, batch_keys, adv_estimator, *args, **kwargs):
             fitted = None if entropy is None else fit_width(entropy, data.batch["response_mask"])
             if not is_extension_estimator(adv_estimator):  # verl's own computation; diagnostics from its output
-                before = self._ext_pre_correction_batch(data, gec_rows)
-                data = verl_fn(data, batch_keys, adv_estimator, *args, **kwargs)
                 grouped = members if adv_estimator == AdvantageEstimator.GRPO else real
-                self._ext_metrics = verl_step_diagnostics(data, fitted, grouped)
-                adv_before = None if before is None else verl_fn(
-                    before, batch_keys, adv_estimator, *args, **kwargs).batch["advantages"]
+                passes = self._ext_verl_passes(
+                    lambda batch: verl_fn(batch, batch_keys, adv_estimator, *args, **kwargs), fitted, grouped)
             else:
                 if fitted is not None:  # bypass mode has none: only estimators that need no entropy run (config.py)
                     data.batch[ENTROPY_KEY] = fitted
                 if data_source is not None:
                     data.non_tensor_batch["data_source"] = as_object_array(data_source)
-                before = self._ext_pre_correction_batch(data, gec_rows)
-                snapshot = None if before is None else self._ext_history_snapshot()
-                data = on_final_outputs(data, batch_keys, real, self._ext_compute_advantage)
-                adv_before = None if before is None else on_final_outputs(
-                    before, batch_keys, real, self._ext_r0_pass(snapshot)).batch["advantages"]
-                loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY)
-                                    if k in data.batch.keys()})
-            data = self._ext_credit(data, gec_rows, adv_before, rows=real)
-            if OFF_POLICY_MASK_KEY in data.batch.keys():
-                loss_fields[OFF_POLICY_MASK_KEY] = data.batch[OFF_POLICY_MASK_KEY]
+                passes = self._ext_estimator_passes(
+                    lambda compute: lambda batch: on_final_outputs(batch, batch_keys, real, compute))
+            data = self._ext_credited_advantage(data, gec_rows, passes, rows=real)
+            # the actor losses' fields (edge_grpo.entropy_grad's, GEC's shaped loss's): none from verl's estimators
+            loss_fields.update({k: data.batch[k] for k in (EDA_H_BAR_KEY, EDA_H_OLD_KEY, OFF_POLICY_MASK_KEY)
+                                if k in data.batch.keys()})
             return data
 
         with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
