@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import types
 from collections import Counter
 
@@ -759,6 +760,68 @@ def test_edit_scope_all_wrong_groups_edits_only_groups_without_a_right_first_att
     paper.actor_rollout_ref.rollout.n = 3
     assert [o.extra_fields["gec_branch"] for o in _run_group(tok, paper, [FIRST_WRONG, FIRST_RIGHT, FIRST_WRONG],
                                                               uid="mixed")] == ["answer", "none", "answer"]
+
+
+class FailingServer(FakeServer):
+    """A generation that raises (``error``) or never returns until cancelled (``error=None``)."""
+
+    def __init__(self, tok, error=None):
+        super().__init__(tok)
+        self.error = error
+
+    async def generate(self, request_id, **kwargs):
+        if self.error is None:
+            await asyncio.Event().wait()  # hangs until its task is cancelled
+        raise self.error
+
+
+@pytest.mark.parametrize("failure", ["raises", "cancelled"])
+def test_a_failed_member_stops_its_wrong_siblings_at_once(tok, reward_path, verl_loop, failure):
+    """edit_scope=all_wrong_groups: a sample whose run fails before it reports its first attempt (its generation
+    raises, or its task is cancelled) resolves its group: the wrong siblings already waiting, and one arriving after
+    the failure, stop within seconds with an error naming the group and the failure, and no group entry is left."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS, GecAgentLoop
+
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 4
+    uid = f"failing-{failure}"
+    engine_error = RuntimeError("the engine died")
+
+    class SlowServer(FakeServer):  # a sibling whose first attempt is scored after the failure
+        async def generate(self, request_id, **kwargs):
+            await asyncio.sleep(0.3)
+            return await super().generate(request_id, **kwargs)
+
+    servers = [FakeServer(tok), FailingServer(tok, engine_error if failure == "raises" else None), FakeServer(tok),
+               SlowServer(tok)]
+
+    async def main():
+        loops = [GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok,
+                              processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data))
+                 for server in servers]
+        tasks = [asyncio.create_task(loop.run(dict(TRAIN_SP), **sample(uid=uid))) for loop in loops]
+        if failure == "cancelled":
+            await asyncio.sleep(0.1)  # the two fast siblings are waiting for the group by now
+            tasks[1].cancel()
+        start = time.perf_counter()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5.0)
+        return results, time.perf_counter() - start
+
+    results, elapsed = asyncio.run(main())
+    assert elapsed < 2.0
+    if failure == "raises":
+        assert results[1] is engine_error
+    else:
+        assert isinstance(results[1], asyncio.CancelledError)
+    for i in (0, 2, 3):  # the two waiting siblings and the one that arrived after the failure
+        assert isinstance(results[i], RuntimeError), results[i]
+        message = str(results[i])
+        assert uid in message and "edit_scope=all_wrong_groups" in message
+        assert ("the engine died" in message) if failure == "raises" else ("CancelledError" in message)
+    assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]
 
 
 def test_guard_counted_in_gec_metrics():
