@@ -255,6 +255,11 @@ def test_nonsensical_gec_settings_are_refused(options, message):
     (["algorithm.gec.injected_loss=shaped", "algorithm.edge_grpo.entropy_grad=true"], "entropy_grad=true"),
     (["algorithm.gec.edit_scope=all_wrong_groups", "data.train_batch_size=16",
       "actor_rollout_ref.rollout.agent.num_workers=3"], "num_workers=3"),
+    # the legacy trainer appends remax's greedy baseline rows (the group's uid, tagged as training rollouts) to the
+    # generation batch: GEC would edit the baseline, and under all_wrong_groups count it as an (n+1)-th member
+    (["trainer.use_v1=false", "algorithm.adv_estimator=remax", "algorithm.gec.edit_scope=all_wrong_groups",
+      "data.train_batch_size=16", "actor_rollout_ref.rollout.agent.num_workers=1"], "adv_estimator=remax"),
+    (["trainer.use_v1=false", "algorithm.adv_estimator=remax"], "adv_estimator=remax"),
 ])
 def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(overrides, message):
     from verl_ext.dry_run import compose_run_config
