@@ -33,14 +33,17 @@ def validate_entropy_grad(config: Any) -> None:
 
 
 def check_gec_reward(config: Any) -> None:
-    """GEC scores the first response inside the agent loop with verl's rule reward (custom function or default
-    ``compute_score``); a reward model cannot be called from there."""
-    if config_value(config, "reward.reward_model.enable", False) and not config_value(
-            config, "reward.custom_reward_function.path", None):
+    """GEC scores the first response inside the agent loop with verl's reward manager; with a reward model on,
+    verl's reward loop builds that manager with the reward model's router (``RewardLoopWorker``), which no agent loop
+    is given (and a colocated reward model sleeps during rollout), so GEC would decide right/wrong with another
+    scorer than the final reward's: refused."""
+    if config_value(config, "reward.reward_model.enable", False):
         raise ConfigError(
-            "algorithm.gec.enable=true with reward.reward_model.enable=true and no reward.custom_reward_function.path: "
-            "GEC scores the first response inside the agent loop with a rule reward it can call there (a reward model "
-            "alone cannot be); set reward.custom_reward_function.path, or algorithm.gec.enable=false")
+            "algorithm.gec.enable=true with reward.reward_model.enable=true: GEC scores the first response inside the "
+            "agent loop, where verl's reward model (its router, which verl's reward loop hands the reward manager and "
+            "any reward.custom_reward_function) cannot be reached, so the first score would come from another scorer "
+            "than the final one; use a rule reward (reward.reward_model.enable=false, optionally "
+            "reward.custom_reward_function.path), or algorithm.gec.enable=false")
 
 
 def bypass_mode(config: Any) -> bool:

@@ -34,6 +34,11 @@ def one_plus_acc_dict(data_source, solution_str, ground_truth, extra_info=None, 
 
 def one_plus_acc_float(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     return 1.0 + compute_score(data_source, solution_str, ground_truth)
+
+def reward_model_score(data_source, solution_str, ground_truth, extra_info=None, reward_router_address=None,
+                       **kwargs):
+    # a reward function that asks verl's reward model (verl's genrm pattern): scores only with its router
+    return 0.0 if reward_router_address is None else 1.0
 '''
 
 FIRST_WRONG = "The sum is \\boxed{4}"
@@ -307,12 +312,54 @@ def test_correct_response_untouched(tok, reward_path, verl_loop):
     assert out.reward_score == 1.0 and out.extra_fields["reward_extra_info"] == {"acc": 1.0}
 
 
-def test_with_a_reward_model_verl_scores_even_an_unedited_response(tok, reward_path, verl_loop):
-    config = make_config(reward_path)
-    config.reward.reward_model.enable = True  # verl's reward loop may then score otherwise than GEC's manager
-    out = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
-    assert out.extra_fields["gec_branch"] == "none" and out.reward_score is None
-    assert "reward_extra_info" not in out.extra_fields
+def _verl_reward_loop_score(tok, config, monkeypatch, response_text, router=None) -> dict:
+    """verl's final scorer: its ``RewardLoopWorker`` (as ``RewardLoopManager`` starts it, with the reward model's
+    router when one is on) on a response of the default sample."""
+    from verl.experimental.reward_loop import reward_loop
+
+    from verl_ext.rollout.gec_agent_loop import build_reward_input
+
+    config.actor_rollout_ref.model = {"path": "policy", "tokenizer_path": None}
+    monkeypatch.setattr(reward_loop, "copy_to_local", lambda path, **kwargs: path)  # no files: the toy tokenizer
+    monkeypatch.setattr(reward_loop, "hf_tokenizer", lambda path, **kwargs: tok)
+    response = ids(tok, response_text) + [tok.eos_token_id]
+
+    async def score():
+        worker = reward_loop.RewardLoopWorker(config, reward_router_address=router)
+        return await worker.compute_score(build_reward_input(prompt_of(tok), response, sample(), {}, 1))
+
+    return asyncio.run(score())
+
+
+@pytest.mark.parametrize("first", [FIRST_RIGHT, FIRST_WRONG])
+def test_gecs_first_score_is_verls_reward_loop_score(tok, reward_path, verl_loop, monkeypatch, first):
+    config = make_config(reward_path, reward_name="one_plus_acc_dict", p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    verl = _verl_reward_loop_score(tok, config, monkeypatch, first)
+    out = run_loop(tok, config, FakeServer(tok, first=first))
+    assert out.extra_fields["gec_score_before"] == verl["reward_score"] == (2.0 if first == FIRST_RIGHT else 1.0)
+    if first == FIRST_RIGHT:  # unedited: the loop hands verl that score and its extra info
+        assert out.reward_score == verl["reward_score"]
+        assert out.extra_fields["reward_extra_info"] == verl["reward_extra_info"]
+
+
+def test_with_a_reward_model_gec_is_refused_not_scored_otherwise_than_verl(tok, reward_path, verl_loop, monkeypatch):
+    """With a reward model on, verl's reward loop builds its reward manager with the reward model's router, which
+    the agent loop cannot reach; GEC refuses rather than decide right/wrong (and ``prefix_advantage=before``'s r0)
+    with another scorer than the one that gives the final reward."""
+    from verl_ext.config import ConfigError
+
+    config = make_config(reward_path, reward_name="reward_model_score")
+    config.reward.reward_model.enable = True
+    config.reward.reward_model.model_path = "reward-model"
+    verl = _verl_reward_loop_score(tok, config, monkeypatch, FIRST_RIGHT, router="127.0.0.1:8000")
+    assert verl["reward_score"] == 1.0
+    try:
+        out = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
+    except ConfigError as refused:
+        assert "reward.reward_model.enable=true" in str(refused)
+    else:
+        pytest.fail(f"GEC scored the first response {out.extra_fields['gec_score_before']} with a reward manager "
+                    "built without the reward router; verl's reward loop scores it 1.0")
 
 
 def test_verl_scores_only_the_edited_responses_and_every_row_gets_the_same_reward_columns(tok, reward_path,

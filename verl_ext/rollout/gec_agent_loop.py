@@ -18,9 +18,9 @@ tokens); then the loop
      solution ids + EOS;
   3. returns the original prompt (no hint) with the new response; ``reward_score`` stays None so verl's reward
      loop scores the final response against the row's ground truth. A response GEC leaves as it is already has its
-     final score: with no reward model configured (verl's reward loop then calls the same manager's ``run_single``
-     on the same input) the loop sets ``reward_score`` and ``reward_extra_info`` itself, so verl does not score it
-     again; with a reward model, verl scores every row.
+     final score (verl's reward loop would call the same manager's ``run_single`` on the same input: GEC refuses a
+     reward model, ``run_checks.check_gec_reward``), so the loop sets ``reward_score`` and ``reward_extra_info``
+     itself and verl does not score it again.
 Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``, among them
 ``gec_spans`` (where the policy's first response, the injected pieces and the continuation lie in the final
 response: a few ints, nothing decoded); while verl's rollout dump is on (``trainer.rollout_data_dir``) a solution
@@ -104,7 +104,8 @@ def gec_config_of(config) -> Any:
 
 
 def reward_manager_of(config, tokenizer) -> Any:
-    """verl's reward manager, built as ``RewardLoopWorker`` builds it (custom fn or default score), cached."""
+    """verl's reward manager, built as ``RewardLoopWorker`` builds it without a reward model (custom fn or default
+    score; GEC refuses a reward model), cached."""
     loop = asyncio.get_running_loop()  # verl's reward managers bind the event loop they are built in
     hit = _REWARD_MANAGERS.get(id(config))
     if hit is not None and hit[0] is config and hit[2] is loop:
@@ -395,13 +396,6 @@ class GecAgentLoop(SingleTurnAgentLoop):
         extra = result.get("reward_extra_info") if isinstance(result, dict) else None
         return _reward_value(result), (extra if isinstance(extra, dict) else {})
 
-    def _first_score_is_final(self) -> bool:
-        """Whether an unedited response's first score is the one verl's reward loop would give it: the same
-        manager's ``run_single`` on the same input, i.e. no reward model (``RewardLoopWorker.compute_score``)."""
-        from verl_ext.config import config_value
-
-        return not config_value(self.config, "reward.reward_model.enable", False)
-
     def _dumps_rollouts(self) -> bool:
         """Whether verl dumps the training rollouts (``trainer.rollout_data_dir``): then GEC keeps what shows an edit."""
         trainer = self.config.get("trainer", None) or {}
@@ -521,9 +515,10 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if branch not in gec.EDIT_BRANCHES:
             fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
             output.extra_fields.update(fields)
-            if self._first_score_is_final():  # unedited: verl's reward loop would compute the same score again
-                output.reward_score = float(score_before)
-                output.extra_fields["reward_extra_info"] = reward_info
+            # unedited: verl's reward loop would compute the same score again (the same manager's run_single on the
+            # same input; no reward model with GEC, run_checks.check_gec_reward)
+            output.reward_score = float(score_before)
+            output.extra_fields["reward_extra_info"] = reward_info
             return output
 
         core_seg = gec.Segment(
