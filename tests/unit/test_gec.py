@@ -871,6 +871,38 @@ def test_a_failed_member_stops_its_wrong_siblings_at_once(tok, reward_path, verl
     assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]
 
 
+def test_a_failed_member_lets_verls_v1_run_prompt_settle_its_group_at_once(tok, reward_path, verl_loop, monkeypatch):
+    """v1: verl's own ``AgentLoopWorkerTQ._run_prompt`` waits for every session of a prompt (no cancellation, no
+    timeout of its own) before it marks the group failed; with one session failing, the group settles in seconds."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.trainer.ppo.v1 import agent_loop_tq
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import GecAgentLoop
+
+    statuses = []
+
+    async def kv_put(key, partition_id, tag):
+        statuses.append(tag["status"])
+
+    monkeypatch.setattr(agent_loop_tq, "tq", types.SimpleNamespace(async_kv_put=kv_put))
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 3
+    config.actor_rollout_ref.rollout.agent = {"default_agent_loop": "gec_agent"}
+
+    async def run_agent_loop(sampling_params, trajectory, trace=False, **kwargs):
+        server = FailingServer(tok, RuntimeError("the engine died")) if kwargs["session_id"] == 1 else FakeServer(tok)
+        loop = GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok,
+                            processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data))
+        return await loop.run(sampling_params, **kwargs)
+
+    fake = types.SimpleNamespace(config=config, _run_agent_loop=run_agent_loop)
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+    prompt = dict(sample(uid="v1-failing"), global_steps=1)
+    asyncio.run(asyncio.wait_for(worker._run_prompt(fake, prompt, dict(TRAIN_SP), {"validate": False}), 5.0))
+    assert statuses == ["running", "failure"]
+
+
 def test_guard_counted_in_gec_metrics():
     import numpy as np
 
