@@ -33,14 +33,17 @@ def validate_entropy_grad(config: Any) -> None:
 
 
 def check_gec_reward(config: Any) -> None:
-    """GEC scores the first response inside the agent loop with verl's rule reward (custom function or default
-    ``compute_score``); a reward model cannot be called from there."""
-    if config_value(config, "reward.reward_model.enable", False) and not config_value(
-            config, "reward.custom_reward_function.path", None):
+    """GEC scores the first response inside the agent loop with verl's reward manager; with a reward model on,
+    verl's reward loop builds that manager with the reward model's router (``RewardLoopWorker``), which no agent loop
+    is given (and a colocated reward model sleeps during rollout), so GEC would decide right/wrong with another
+    scorer than the final reward's: refused."""
+    if config_value(config, "reward.reward_model.enable", False):
         raise ConfigError(
-            "algorithm.gec.enable=true with reward.reward_model.enable=true and no reward.custom_reward_function.path: "
-            "GEC scores the first response inside the agent loop with a rule reward it can call there (a reward model "
-            "alone cannot be); set reward.custom_reward_function.path, or algorithm.gec.enable=false")
+            "algorithm.gec.enable=true with reward.reward_model.enable=true: GEC scores the first response inside the "
+            "agent loop, where verl's reward model (its router, which verl's reward loop hands the reward manager and "
+            "any reward.custom_reward_function) cannot be reached, so the first score would come from another scorer "
+            "than the final one; use a rule reward (reward.reward_model.enable=false, optionally "
+            "reward.custom_reward_function.path), or algorithm.gec.enable=false")
 
 
 def bypass_mode(config: Any) -> bool:
@@ -189,9 +192,9 @@ def check_gec_router_replay(config: Any, ext: ExtAlgorithmConfig) -> None:
             f"({ROLLOUT_ROUTING_KEY}=false and router_replay.mode=disabled or R2) or set algorithm.gec.enable=false")
 
 
-# estimators whose advantage needs more than the group's outcomes (a critic's values, a greedy baseline's reward):
-# the advantage of the first attempts' rewards cannot be recomputed from the batch
-NO_PRE_CORRECTION_ADVANTAGE = ("gae", "remax")
+# estimators whose advantage needs more than the group's outcomes (a critic's values): the advantage of the first
+# attempts' rewards cannot be recomputed from the batch (remax, whose greedy baseline is another: check_gec_remax)
+NO_PRE_CORRECTION_ADVANTAGE = ("gae",)
 
 
 def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
@@ -209,7 +212,7 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
     if gec.prefix_advantage == "before" and estimator in NO_PRE_CORRECTION_ADVANTAGE:
         raise ConfigError(
             f"algorithm.gec.prefix_advantage=before with algorithm.adv_estimator={estimator}: its advantage needs more "
-            "than the group's rewards (a critic's values / a greedy baseline), so the advantage of the first attempts' "
+            "than the group's rewards (a critic's values), so the advantage of the first attempts' "
             "rewards cannot be recomputed; use prefix_advantage=zero or a group estimator (grpo, rloo, edge_grpo, gepo)")
     if gec.injected_loss == "shaped":
         for key, on in (("algorithm.edge_grpo.entropy_grad=true",
@@ -230,7 +233,23 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
                 "would cut groups apart; make train_batch_size a multiple of agent.num_workers")
 
 
-FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay, check_gec_credit_options)
+def check_gec_remax(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """GEC with ``adv_estimator=remax``, refused rather than handled: verl's legacy trainer sends remax's greedy
+    baseline rows (copies of the prompts: their group's uid, verl_ext's training tag) through the same agent loop,
+    which could tell them apart only by verl's private ``__do_sample__`` column. GEC would edit a wrong baseline (the
+    baseline reward would be a corrected response's) and, under ``edit_scope=all_wrong_groups``, count it as an
+    (n+1)-th first attempt of its group. (verl 0.9.1's v1 trainer generates no baseline.)"""
+    estimator = str(config_value(config, "algorithm.adv_estimator", ""))
+    if ext.gec.enable and estimator == "remax":
+        raise ConfigError(
+            "algorithm.gec.enable=true with algorithm.adv_estimator=remax: verl generates remax's greedy baseline "
+            "through the same agent loop as the sampled responses, so GEC would edit the baseline (and with "
+            "gec.edit_scope=all_wrong_groups count it as a member of its group); use a group estimator (grpo, rloo, "
+            "edge_grpo, gepo) or algorithm.gec.enable=false")
+
+
+FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay, check_gec_credit_options,
+                              check_gec_remax)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

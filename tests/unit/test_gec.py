@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import types
 from collections import Counter
 
@@ -33,6 +34,11 @@ def one_plus_acc_dict(data_source, solution_str, ground_truth, extra_info=None, 
 
 def one_plus_acc_float(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     return 1.0 + compute_score(data_source, solution_str, ground_truth)
+
+def reward_model_score(data_source, solution_str, ground_truth, extra_info=None, reward_router_address=None,
+                       **kwargs):
+    # a reward function that asks verl's reward model (verl's genrm pattern): scores only with its router
+    return 0.0 if reward_router_address is None else 1.0
 '''
 
 FIRST_WRONG = "The sum is \\boxed{4}"
@@ -306,12 +312,54 @@ def test_correct_response_untouched(tok, reward_path, verl_loop):
     assert out.reward_score == 1.0 and out.extra_fields["reward_extra_info"] == {"acc": 1.0}
 
 
-def test_with_a_reward_model_verl_scores_even_an_unedited_response(tok, reward_path, verl_loop):
-    config = make_config(reward_path)
-    config.reward.reward_model.enable = True  # verl's reward loop may then score otherwise than GEC's manager
-    out = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
-    assert out.extra_fields["gec_branch"] == "none" and out.reward_score is None
-    assert "reward_extra_info" not in out.extra_fields
+def _verl_reward_loop_score(tok, config, monkeypatch, response_text, router=None) -> dict:
+    """verl's final scorer: its ``RewardLoopWorker`` (as ``RewardLoopManager`` starts it, with the reward model's
+    router when one is on) on a response of the default sample."""
+    from verl.experimental.reward_loop import reward_loop
+
+    from verl_ext.rollout.gec_agent_loop import build_reward_input
+
+    config.actor_rollout_ref.model = {"path": "policy", "tokenizer_path": None}
+    monkeypatch.setattr(reward_loop, "copy_to_local", lambda path, **kwargs: path)  # no files: the toy tokenizer
+    monkeypatch.setattr(reward_loop, "hf_tokenizer", lambda path, **kwargs: tok)
+    response = ids(tok, response_text) + [tok.eos_token_id]
+
+    async def score():
+        worker = reward_loop.RewardLoopWorker(config, reward_router_address=router)
+        return await worker.compute_score(build_reward_input(prompt_of(tok), response, sample(), {}, 1))
+
+    return asyncio.run(score())
+
+
+@pytest.mark.parametrize("first", [FIRST_RIGHT, FIRST_WRONG])
+def test_gecs_first_score_is_verls_reward_loop_score(tok, reward_path, verl_loop, monkeypatch, first):
+    config = make_config(reward_path, reward_name="one_plus_acc_dict", p_reflect=0.0, p_answer=1.0, p_solution=0.0)
+    verl = _verl_reward_loop_score(tok, config, monkeypatch, first)
+    out = run_loop(tok, config, FakeServer(tok, first=first))
+    assert out.extra_fields["gec_score_before"] == verl["reward_score"] == (2.0 if first == FIRST_RIGHT else 1.0)
+    if first == FIRST_RIGHT:  # unedited: the loop hands verl that score and its extra info
+        assert out.reward_score == verl["reward_score"]
+        assert out.extra_fields["reward_extra_info"] == verl["reward_extra_info"]
+
+
+def test_with_a_reward_model_gec_is_refused_not_scored_otherwise_than_verl(tok, reward_path, verl_loop, monkeypatch):
+    """With a reward model on, verl's reward loop builds its reward manager with the reward model's router, which
+    the agent loop cannot reach; GEC refuses rather than decide right/wrong (and ``prefix_advantage=before``'s r0)
+    with another scorer than the one that gives the final reward."""
+    from verl_ext.config import ConfigError
+
+    config = make_config(reward_path, reward_name="reward_model_score")
+    config.reward.reward_model.enable = True
+    config.reward.reward_model.model_path = "reward-model"
+    verl = _verl_reward_loop_score(tok, config, monkeypatch, FIRST_RIGHT, router="127.0.0.1:8000")
+    assert verl["reward_score"] == 1.0
+    try:
+        out = run_loop(tok, config, FakeServer(tok, first=FIRST_RIGHT))
+    except ConfigError as refused:
+        assert "reward.reward_model.enable=true" in str(refused)
+    else:
+        pytest.fail(f"GEC scored the first response {out.extra_fields['gec_score_before']} with a reward manager "
+                    "built without the reward router; verl's reward loop scores it 1.0")
 
 
 def test_verl_scores_only_the_edited_responses_and_every_row_gets_the_same_reward_columns(tok, reward_path,
@@ -759,6 +807,100 @@ def test_edit_scope_all_wrong_groups_edits_only_groups_without_a_right_first_att
     paper.actor_rollout_ref.rollout.n = 3
     assert [o.extra_fields["gec_branch"] for o in _run_group(tok, paper, [FIRST_WRONG, FIRST_RIGHT, FIRST_WRONG],
                                                               uid="mixed")] == ["answer", "none", "answer"]
+
+
+class FailingServer(FakeServer):
+    """A generation that raises (``error``) or never returns until cancelled (``error=None``)."""
+
+    def __init__(self, tok, error=None):
+        super().__init__(tok)
+        self.error = error
+
+    async def generate(self, request_id, **kwargs):
+        if self.error is None:
+            await asyncio.Event().wait()  # hangs until its task is cancelled
+        raise self.error
+
+
+@pytest.mark.parametrize("failure", ["raises", "cancelled"])
+def test_a_failed_member_stops_its_wrong_siblings_at_once(tok, reward_path, verl_loop, failure):
+    """edit_scope=all_wrong_groups: a sample whose run fails before it reports its first attempt (its generation
+    raises, or its task is cancelled) resolves its group: the wrong siblings already waiting, and one arriving after
+    the failure, stop within seconds with an error naming the group and the failure, and no group entry is left."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS, GecAgentLoop
+
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 4
+    uid = f"failing-{failure}"
+    engine_error = RuntimeError("the engine died")
+
+    class SlowServer(FakeServer):  # a sibling whose first attempt is scored after the failure
+        async def generate(self, request_id, **kwargs):
+            await asyncio.sleep(0.3)
+            return await super().generate(request_id, **kwargs)
+
+    servers = [FakeServer(tok), FailingServer(tok, engine_error if failure == "raises" else None), FakeServer(tok),
+               SlowServer(tok)]
+
+    async def main():
+        loops = [GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok,
+                              processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data))
+                 for server in servers]
+        tasks = [asyncio.create_task(loop.run(dict(TRAIN_SP), **sample(uid=uid))) for loop in loops]
+        if failure == "cancelled":
+            await asyncio.sleep(0.1)  # the two fast siblings are waiting for the group by now
+            tasks[1].cancel()
+        start = time.perf_counter()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5.0)
+        return results, time.perf_counter() - start
+
+    results, elapsed = asyncio.run(main())
+    assert elapsed < 2.0
+    if failure == "raises":
+        assert results[1] is engine_error
+    else:
+        assert isinstance(results[1], asyncio.CancelledError)
+    for i in (0, 2, 3):  # the two waiting siblings and the one that arrived after the failure
+        assert isinstance(results[i], RuntimeError), results[i]
+        message = str(results[i])
+        assert uid in message and "edit_scope=all_wrong_groups" in message
+        assert ("the engine died" in message) if failure == "raises" else ("CancelledError" in message)
+    assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]
+
+
+def test_a_failed_member_lets_verls_v1_run_prompt_settle_its_group_at_once(tok, reward_path, verl_loop, monkeypatch):
+    """v1: verl's own ``AgentLoopWorkerTQ._run_prompt`` waits for every session of a prompt (no cancellation, no
+    timeout of its own) before it marks the group failed; with one session failing, the group settles in seconds."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.trainer.ppo.v1 import agent_loop_tq
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import GecAgentLoop
+
+    statuses = []
+
+    async def kv_put(key, partition_id, tag):
+        statuses.append(tag["status"])
+
+    monkeypatch.setattr(agent_loop_tq, "tq", types.SimpleNamespace(async_kv_put=kv_put))
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 3
+    config.actor_rollout_ref.rollout.agent = {"default_agent_loop": "gec_agent"}
+
+    async def run_agent_loop(sampling_params, trajectory, trace=False, **kwargs):
+        server = FailingServer(tok, RuntimeError("the engine died")) if kwargs["session_id"] == 1 else FakeServer(tok)
+        loop = GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok,
+                            processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data))
+        return await loop.run(sampling_params, **kwargs)
+
+    fake = types.SimpleNamespace(config=config, _run_agent_loop=run_agent_loop)
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+    prompt = dict(sample(uid="v1-failing"), global_steps=1)
+    asyncio.run(asyncio.wait_for(worker._run_prompt(fake, prompt, dict(TRAIN_SP), {"validate": False}), 5.0))
+    assert statuses == ["running", "failure"]
 
 
 def test_guard_counted_in_gec_metrics():

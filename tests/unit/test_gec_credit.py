@@ -258,11 +258,28 @@ def test_a_group_is_all_wrong_only_when_every_first_attempt_is_wrong():
 
 
 def test_a_group_that_cannot_complete_stops_with_the_setting_named():
+    board = GroupFirstAttempts()
+
     async def lonely():
-        return await GroupFirstAttempts().all_wrong("uid-2", 2, False, timeout_s=0.05)
+        return await board.all_wrong("uid-2", 2, False, timeout_s=0.05)
 
     with pytest.raises(RuntimeError, match="edit_scope=all_wrong_groups"):
         asyncio.run(lonely())
+    assert not board._open
+
+
+def test_a_member_failing_after_a_right_one_leaves_the_groups_decision():
+    """A failure resolves a group only while it is undecided: once a right first attempt decided it, the wrong
+    members still to report get that answer (the failed sample raises on its own)."""
+    board = GroupFirstAttempts()
+
+    async def group():
+        right = await board.all_wrong("uid-3", 3, True)
+        board.failed("uid-3", 3, RuntimeError("the engine died"))
+        return right, await board.all_wrong("uid-3", 3, False)
+
+    assert asyncio.run(group()) == (False, False)
+    assert not board._open
 
 
 def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
@@ -300,6 +317,11 @@ def test_nonsensical_gec_settings_are_refused(options, message):
     (["algorithm.gec.injected_loss=shaped", "algorithm.edge_grpo.entropy_grad=true"], "entropy_grad=true"),
     (["algorithm.gec.edit_scope=all_wrong_groups", "data.train_batch_size=16",
       "actor_rollout_ref.rollout.agent.num_workers=3"], "num_workers=3"),
+    # the legacy trainer appends remax's greedy baseline rows (the group's uid, tagged as training rollouts) to the
+    # generation batch: GEC would edit the baseline, and under all_wrong_groups count it as an (n+1)-th member
+    (["trainer.use_v1=false", "algorithm.adv_estimator=remax", "algorithm.gec.edit_scope=all_wrong_groups",
+      "data.train_batch_size=16", "actor_rollout_ref.rollout.agent.num_workers=1"], "adv_estimator=remax"),
+    (["trainer.use_v1=false", "algorithm.adv_estimator=remax"], "adv_estimator=remax"),
 ])
 def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(overrides, message):
     from verl_ext.dry_run import compose_run_config

@@ -18,9 +18,9 @@ tokens); then the loop
      solution ids + EOS;
   3. returns the original prompt (no hint) with the new response; ``reward_score`` stays None so verl's reward
      loop scores the final response against the row's ground truth. A response GEC leaves as it is already has its
-     final score: with no reward model configured (verl's reward loop then calls the same manager's ``run_single``
-     on the same input) the loop sets ``reward_score`` and ``reward_extra_info`` itself, so verl does not score it
-     again; with a reward model, verl scores every row.
+     final score (verl's reward loop would call the same manager's ``run_single`` on the same input: GEC refuses a
+     reward model, ``run_checks.check_gec_reward``), so the loop sets ``reward_score`` and ``reward_extra_info``
+     itself and verl does not score it again.
 Per-sample fields (``verl_ext.rollout.gec.EXTRA_KEYS``) go into ``AgentLoopOutput.extra_fields``, among them
 ``gec_spans`` (where the policy's first response, the injected pieces and the continuation lie in the final
 response: a few ints, nothing decoded); while verl's rollout dump is on (``trainer.rollout_data_dir``) a solution
@@ -104,7 +104,8 @@ def gec_config_of(config) -> Any:
 
 
 def reward_manager_of(config, tokenizer) -> Any:
-    """verl's reward manager, built as ``RewardLoopWorker`` builds it (custom fn or default score), cached."""
+    """verl's reward manager, built as ``RewardLoopWorker`` builds it without a reward model (custom fn or default
+    score; GEC refuses a reward model), cached."""
     loop = asyncio.get_running_loop()  # verl's reward managers bind the event loop they are built in
     hit = _REWARD_MANAGERS.get(id(config))
     if hit is not None and hit[0] is config and hit[2] is loop:
@@ -223,34 +224,82 @@ def join_routing(first, continued, prefix: int, total: int):
 GROUP_WAIT_S = 3600.0
 
 
+@dataclass
+class _Group:
+    decided: asyncio.Future  # True: all first attempts wrong; False: one right; exception: a member failed
+    arrived: int = 0  # members that reported or failed
+
+
 class GroupFirstAttempts:
     """Whether each group's first attempts are all wrong, for ``edit_scope=all_wrong_groups``: every member of a
-    group reports its correctness here; a wrong one waits until the group's answer is known (a right member
-    reported, or all ``size`` did). One per worker process: verl runs a group's samples as tasks of one agent-loop
-    worker (v1: one ``_run_prompt``; legacy: whole groups per chunk, checked at start-up)."""
+    group reports its correctness here, or its failure (:meth:`failed`); a wrong one waits until the group's answer
+    is known (a right member reported, or all ``size`` did) or a member failed (then it raises). One per worker
+    process: verl runs a group's samples as tasks of one agent-loop worker (v1: one ``_run_prompt``; legacy: whole
+    groups per chunk, checked at start-up). A group's entry is removed once all ``size`` members arrived."""
 
     def __init__(self):
-        self._open: dict[Any, tuple[asyncio.Future, list[bool]]] = {}
+        self._open: dict[Any, _Group] = {}
+
+    def _arrive(self, key: Any, size: int) -> _Group:
+        group = self._open.get(key)
+        if group is None:
+            group = self._open[key] = _Group(asyncio.get_running_loop().create_future())
+        group.arrived += 1
+        if group.arrived >= size:
+            self._open.pop(key, None)
+        return group
 
     async def all_wrong(self, key: Any, size: int, correct: bool, timeout_s: float = GROUP_WAIT_S) -> bool:
-        future, flags = self._open.get(key) or self._open.setdefault(
-            key, (asyncio.get_running_loop().create_future(), []))
-        flags.append(bool(correct))
-        if correct and not future.done():
-            future.set_result(False)
-        if len(flags) >= size:
-            self._open.pop(key, None)
-            if not future.done():
-                future.set_result(True)
+        group = self._arrive(key, size)
+        future = group.decided
+        if not future.done() and (correct or group.arrived >= size):
+            future.set_result(not correct)
         if future.done():
-            return future.result()
+            return future.result()  # a member's failure raises here
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except asyncio.TimeoutError:
-            raise RuntimeError(
+            error = RuntimeError(
                 f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups waited {timeout_s:.0f} s for the first attempts "
-                f"of group {key!r} ({len(flags)} of {size} reported): its samples do not all run in this agent-loop "
-                "worker (or actor_rollout_ref.rollout.n is not the group size); use edit_scope=all") from None
+                f"of group {key!r} ({group.arrived} of {size} reported): its samples do not all run in this agent-loop "
+                "worker (or actor_rollout_ref.rollout.n is not the group size); use edit_scope=all")
+            if self._open.get(key) is group:
+                del self._open[key]
+            if not future.done():  # the siblings waiting with it stop too
+                future.set_exception(error)
+                future.exception()
+            raise error from None
+
+    def failed(self, key: Any, size: int, error: BaseException) -> None:
+        """A member of group ``key`` failed before reporting (its generation or scoring raised, or its task was
+        cancelled): its wrong siblings, waiting or still to report, raise at once unless a right member decided
+        the group already."""
+        future = self._arrive(key, size).decided
+        if not future.done():
+            future.set_exception(RuntimeError(
+                f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r} cannot be decided, one of its "
+                f"{size} samples failed before its first attempt was scored ({type(error).__name__}: {error})"))
+        if future.done() and not future.cancelled():
+            future.exception()  # marks it retrieved: no "exception never retrieved" log when no sibling waits
+
+
+@dataclass
+class _Seat:
+    """One sample's place in its group: reports its first attempt once; failing before that resolves the group."""
+
+    board: GroupFirstAttempts
+    key: Any
+    size: int
+    reported: bool = False
+
+    async def all_wrong(self, correct: bool) -> bool:
+        self.reported = True
+        return await self.board.all_wrong(self.key, self.size, correct)
+
+    def failed(self, error: BaseException) -> None:
+        if not self.reported:
+            self.reported = True
+            self.board.failed(self.key, self.size, error)
 
 
 _FIRST_ATTEMPTS = GroupFirstAttempts()
@@ -347,13 +396,6 @@ class GecAgentLoop(SingleTurnAgentLoop):
         extra = result.get("reward_extra_info") if isinstance(result, dict) else None
         return _reward_value(result), (extra if isinstance(extra, dict) else {})
 
-    def _first_score_is_final(self) -> bool:
-        """Whether an unedited response's first score is the one verl's reward loop would give it: the same
-        manager's ``run_single`` on the same input, i.e. no reward model (``RewardLoopWorker.compute_score``)."""
-        from verl_ext.config import config_value
-
-        return not config_value(self.config, "reward.reward_model.enable", False)
-
     def _dumps_rollouts(self) -> bool:
         """Whether verl dumps the training rollouts (``trainer.rollout_data_dir``): then GEC keeps what shows an edit."""
         trainer = self.config.get("trainer", None) or {}
@@ -405,17 +447,34 @@ class GecAgentLoop(SingleTurnAgentLoop):
             plan.errors.append(f"unknown extra_info.sampling_params key(s) {unknown} (allowed: "
                                f"{list(ROW_SAMPLING_KEYS)}), left out")
         first_params = _with_max_tokens(sampling_params, plan.first_budget)
-        client = self.server_manager
-        self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
-        try:
-            output = await super().run(first_params, **kwargs)
-        finally:
-            self.server_manager = client
-        self._first_request_id = recorder.request_id
-        return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"])
+        seat = self._group_seat(kwargs)
+        try:  # until the sample reports its first attempt, a failure here must resolve its group (edit_scope)
+            client = self.server_manager
+            self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
+            try:
+                output = await super().run(first_params, **kwargs)
+            finally:
+                self.server_manager = client
+            self._first_request_id = recorder.request_id
+            return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"], seat)
+        except BaseException as error:  # cancellation included
+            if seat is not None:
+                seat.failed(error)  # no-op once it reported
+            raise
+
+    def _group_seat(self, kwargs: dict) -> _Seat | None:
+        """The sample's seat in its group under ``edit_scope=all_wrong_groups`` (None under ``all``)."""
+        if self.gec_config.edit_scope != "all_wrong_groups":
+            return None
+        if kwargs.get("uid") is None:
+            raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups needs each row's uid (verl's "
+                             "trainers pass it to the agent loop); this row has none")
+        steps = kwargs.get("global_steps")  # with the uid: a prompt drawn again at another step is another group
+        key = (str(kwargs["uid"]), steps.item() if hasattr(steps, "item") else steps)
+        return _Seat(_FIRST_ATTEMPTS, key, int(self.rollout_config.n))
 
     async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
-                       first_cap: int) -> AgentLoopOutput:
+                       first_cap: int, seat: _Seat | None) -> AgentLoopOutput:
         cfg = self.gec_config
         prompt_ids = list(output.prompt_ids)
         response_ids = list(output.response_ids)
@@ -423,14 +482,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
                                                       output.num_turns)
         correct_before = gec.response_is_correct(cfg, score_before, reward_info)
         core, terminator = gec.split_terminal(response_ids, self._stop_ids())
-        group_all_wrong = True
-        if cfg.edit_scope == "all_wrong_groups":
-            if kwargs.get("uid") is None:
-                raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups needs each row's uid (verl's "
-                                 "trainers pass it to the agent loop); this row has none")
-            steps = kwargs.get("global_steps")  # with the uid: a prompt drawn again at another step is another group
-            key = (str(kwargs["uid"]), steps.item() if hasattr(steps, "item") else steps)
-            group_all_wrong = await _FIRST_ATTEMPTS.all_wrong(key, int(self.rollout_config.n), correct_before)
+        group_all_wrong = True if seat is None else await seat.all_wrong(correct_before)
         branch = gec.choose_branch(
             cfg,
             correct=correct_before,
@@ -463,9 +515,10 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if branch not in gec.EDIT_BRANCHES:
             fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
             output.extra_fields.update(fields)
-            if self._first_score_is_final():  # unedited: verl's reward loop would compute the same score again
-                output.reward_score = float(score_before)
-                output.extra_fields["reward_extra_info"] = reward_info
+            # unedited: verl's reward loop would compute the same score again (the same manager's run_single on the
+            # same input; no reward model with GEC, run_checks.check_gec_reward)
+            output.reward_score = float(score_before)
+            output.extra_fields["reward_extra_info"] = reward_info
             return output
 
         core_seg = gec.Segment(
