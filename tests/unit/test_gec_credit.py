@@ -224,6 +224,7 @@ def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
     ({"injected_loss": "shaped", "mask_injected": True}, "mask_injected"),
     ({"injected_loss": "shaped", "mode": "force_reflect"}, "never draws"),
     ({"injected_loss": "shaped", "shaping_gamma": 0.0}, "shaping_gamma"),
+    ({"shaping_gamma": 0.2}, r"algorithm\.gec\.shaping_gamma=0\.2 is invalid: .*injected_loss=policy"),  # would be ignored
     ({"prefix_advantage": "early"}, "prefix_advantage"),
     ({"edit_scope": "some"}, "edit_scope"),
 ])
@@ -246,6 +247,18 @@ def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(ov
     config = compose_run_config("toy_cpu", overrides)
     with pytest.raises(ConfigError, match=message):
         validate_feature_combinations(config)
+
+
+def test_shaping_gamma_is_luffys_unless_set_and_refused_where_nothing_reads_it():
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_run_config
+
+    assert GecConfig(enable=True, injected_loss="shaped").validate().shaping_gamma == 0.1  # LUFFY's value
+    assert GecConfig(enable=True, injected_loss="shaped", shaping_gamma=0.3).validate().shaping_gamma == 0.3
+    base = ["algorithm.gec.enable=true", "actor_rollout_ref.rollout.n=2"]
+    validate_run_config(compose_run_config("toy_cpu", base))  # the composed default is not "set"
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.shaping_gamma=0\.1 is invalid: .*injected_loss=policy"):
+        validate_run_config(compose_run_config("toy_cpu", [*base, "algorithm.gec.shaping_gamma=0.1"]))
 
 
 SHAPED = "algorithm.gec.injected_loss=shaped"
