@@ -128,6 +128,7 @@ class GepoConfig:
 
 
 ANSWER_PLACEHOLDER = "{answer}"
+LUFFY_SHAPING_GAMMA = 0.1  # γ of LUFFY's policy shaping f(p) = p/(p+γ) (arXiv 2504.14945)
 
 
 @dataclass
@@ -165,7 +166,7 @@ class GecConfig:
     # injected answer/solution tokens: policy = trained as policy tokens (the paper) | shaped = LUFFY's off-policy
     # term -Â·f(π_θ), f(p) = p/(p+shaping_gamma), no clip (arXiv 2504.14945)
     injected_loss: str = "policy"
-    shaping_gamma: float = 0.1
+    shaping_gamma: float | None = None  # null: LUFFY's 0.1 under injected_loss=shaped; refused under policy
 
     def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
         _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
@@ -186,10 +187,16 @@ class GecConfig:
         _choice(f"{prefix}.edit_scope", self.edit_scope, GEC_EDIT_SCOPES)
         _choice(f"{prefix}.prefix_advantage", self.prefix_advantage, GEC_PREFIX_ADVANTAGES)
         _choice(f"{prefix}.injected_loss", self.injected_loss, GEC_INJECTED_LOSSES)
-        _check(isinstance(self.shaping_gamma, (int, float)) and not isinstance(self.shaping_gamma, bool)
-               and 0 < self.shaping_gamma < float("inf"), f"{prefix}.shaping_gamma", self.shaping_gamma,
-               "must be a number > 0 (LUFFY's f(p) = p/(p+gamma); 0.1 in the paper)")
-        if self.injected_loss == "shaped":
+        if self.injected_loss != "shaped":
+            _check(self.shaping_gamma is None, f"{prefix}.shaping_gamma", self.shaping_gamma,
+                   f"applies to {prefix}.injected_loss=shaped only and would be ignored with "
+                   f"injected_loss={self.injected_loss}; remove it or set injected_loss=shaped")
+        else:
+            if self.shaping_gamma is None:
+                self.shaping_gamma = LUFFY_SHAPING_GAMMA
+            _check(isinstance(self.shaping_gamma, (int, float)) and not isinstance(self.shaping_gamma, bool)
+                   and 0 < self.shaping_gamma < float("inf"), f"{prefix}.shaping_gamma", self.shaping_gamma,
+                   "must be a number > 0 (LUFFY's f(p) = p/(p+gamma); 0.1 in the paper)")
             _check(not self.mask_injected, f"{prefix}.injected_loss", self.injected_loss,
                    f"has nothing to train with {prefix}.mask_injected=true (the injected tokens leave the loss); "
                    "use one of the two")

@@ -12,6 +12,9 @@ after it) adds ``linear`` and changes nothing for any other value:
   ``FSDPEngine._build_lr_scheduler`` is wrapped to build :func:`linear_lr_factor` for it, and only for such a
   config. The engine module is imported only then (never from the hook, where it may be mid-import), so a process
   that never sees ``linear`` has verl's engine untouched.
+
+A verl whose FSDP config accepts ``linear`` itself (verl 0.9.1's does not) keeps its own: :func:`install` then
+changes nothing, so verl's schedule is the one that runs.
 """
 
 from __future__ import annotations
@@ -73,15 +76,25 @@ def _patch_engine() -> None:
     engine_cls._build_lr_scheduler = _build_lr_scheduler
 
 
+def verl_has_linear(config_cls) -> bool:
+    """Whether verl's own FSDP optimizer config (``config_cls``, not yet wrapped) accepts ``linear``."""
+    try:
+        config_cls(lr_scheduler_type=LINEAR)
+    except (AssertionError, ValueError):  # verl 0.9.1: assert lr_scheduler_type in ["constant", "cosine"]
+        return False
+    return True
+
+
 def install() -> None:
-    """Teach verl's FSDP optimizer config and engine ``lr_scheduler_type: linear``; idempotent."""
+    """Teach verl's FSDP optimizer config and engine ``lr_scheduler_type: linear`` unless verl has its own;
+    idempotent."""
     from verl.workers.config.optimizer import FSDPOptimizerConfig
 
     from verl_ext.verl_compat import check_fsdp_optimizer_config
 
     check_fsdp_optimizer_config()
     original = FSDPOptimizerConfig.__post_init__
-    if getattr(original, "_verl_ext_linear", False):
+    if getattr(original, "_verl_ext_linear", False) or verl_has_linear(FSDPOptimizerConfig):
         return
 
     @functools.wraps(original)

@@ -197,6 +197,49 @@ def check_gec_router_replay(config: Any, ext: ExtAlgorithmConfig) -> None:
 NO_PRE_CORRECTION_ADVANTAGE = ("gae",)
 
 
+# injected_loss=shaped hands verl's policy loss the injected tokens with advantage 0 and trains them with its own term,
+# aggregated by loss_agg_mode: right only where a token of advantage 0 adds nothing to the loss and changes no other
+# token's term. verl 0.9.1's policy losses (verl/trainer/ppo/core_algos.py) where it does, each with the loss_agg_mode
+# it must run with (None: the one it is given), as read there:
+SHAPED_POLICY_LOSSES: dict[str, str | None] = {
+    "vanilla": None,  # -A·ratio, -A·clip(ratio), dual clip -A·clip_ratio_c: all 0 at A = 0, per token
+    "dppo_tv": None,  # -A·sg(truncated ratio)·log π·valid, valid per token
+    "dppo_kl": None,  # the same, valid by the token's binary KL
+    "gpg": None,  # -A·log π
+    "cispo": None,  # -sg(clip(ratio))·A·log π
+    "sapo": "seq-mean-token-mean",  # -gate(ratio)·A, but aggregated by seq-mean-token-mean whatever loss_agg_mode says
+}
+# refused (and any loss not listed, such as one a later verl adds): gspo (the sequence ratio, exp of the mean
+# log-ratio over all the response's tokens, the injected ones included, scales and clips every token's term),
+# geo_mean (one advantage per response, the mean over all its tokens, times the geometric mean ratio over all of them;
+# it ignores loss_agg_mode and the global-batch normalisation), dro (-(A·log π - β/2·log-ratio²): the β term stays on
+# the injected tokens), clip_cov / kl_cov (the tokens they un-clip / penalise are picked by the covariance of A and
+# log π over all tokens: the injected ones shift it, take the quota, and kl_cov's +|log-ratio| can land on them),
+# bypass_mode (rollout log-probs as π_old, 0.0 on injected tokens, and a rejection mask the shaped term never sees)
+
+
+def check_shaped_policy_loss(config: Any) -> None:
+    """``injected_loss=shaped`` with a policy loss for which it is right (:data:`SHAPED_POLICY_LOSSES`)."""
+    actor = "actor_rollout_ref.actor"
+    loss_mode = str(config_value(config, f"{actor}.policy_loss.loss_mode", "vanilla"))
+    allowed = ", ".join(SHAPED_POLICY_LOSSES)
+    if loss_mode not in SHAPED_POLICY_LOSSES:
+        raise ConfigError(
+            f"{actor}.policy_loss.loss_mode={loss_mode} with algorithm.gec.injected_loss=shaped: the shaped loss gives "
+            f"the injected tokens advantage 0 in the policy loss, which takes a token out of it only in a per-token "
+            f"loss ({allowed}); in {loss_mode} they would still weigh on the other tokens' terms (or are not known "
+            f"to verl_ext); use one of those loss modes, or injected_loss=policy (with or without "
+            f"algorithm.gec.mask_injected=true)")
+    agg_mode = SHAPED_POLICY_LOSSES[loss_mode]
+    run_agg_mode = str(config_value(config, f"{actor}.loss_agg_mode", "token-mean"))
+    if agg_mode is not None and run_agg_mode != agg_mode:
+        raise ConfigError(
+            f"{actor}.policy_loss.loss_mode={loss_mode} with algorithm.gec.injected_loss=shaped and "
+            f"{actor}.loss_agg_mode={run_agg_mode}: {loss_mode} aggregates its term by {agg_mode} whatever "
+            f"loss_agg_mode says, and the shaped term follows loss_agg_mode, so the two would not be one loss; set "
+            f"{actor}.loss_agg_mode={agg_mode}, or use injected_loss=policy")
+
+
 def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
     """GEC's credit options (docs/gec.md "Credit options") against the rest of the run."""
     gec = ext.gec
@@ -222,6 +265,7 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
                 raise ConfigError(
                     f"algorithm.gec.injected_loss=shaped cannot be combined with {key}: each replaces the actor's loss "
                     "(verl's set_loss_fn) and verl_ext has no loss that does both; use one of them")
+        check_shaped_policy_loss(config)
     if gec.edit_scope == "all_wrong_groups" and not config_value(config, "trainer.use_v1", True):
         prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
         workers = int(config_value(config, "actor_rollout_ref.rollout.agent.num_workers", 1) or 1)

@@ -97,12 +97,13 @@ def require_uses(func: Callable, words: Iterable[str], where: str, hint: str = "
 
 
 def require_parameters(func: Callable, names: Iterable[str], where: str, hint: str = "") -> None:
-    """``func`` accepts every keyword in ``names`` (or ``**kwargs``)."""
+    """``func`` takes every keyword in ``names``: as a parameter, or through ``**kwargs`` when its code names it (pops
+    or passes it on) -- a ``**kwargs`` alone accepts any name and may drop it."""
     params = inspect.signature(inspect.unwrap(func)).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    used = _code_words(func) if takes_any else set()
     for name in names:
-        require(name in params, f"parameter {name!r} of {where}", hint)
+        require(name in params or name in used, f"parameter {name!r} of {where}", hint)
 
 
 # ---------------------------------------------------------------- the checks, one per integration area
@@ -199,6 +200,7 @@ def check_agent_loop() -> None:
                  "AgentLoopWorker._compute_score", "gec_agent builds the reward input the same way")
     from verl.workers.rollout.llm_server import LLMServerClient
 
+    # priority comes through its **kwargs: verl pops it and forwards it to the rollout server (vLLM's scheduling)
     require_parameters(LLMServerClient.generate, ("request_id", "prompt_ids", "sampling_params", "image_data",
                                                   "audio_data", "video_data", "priority"),
                        "LLMServerClient.generate", "gec_agent continues a response through it")

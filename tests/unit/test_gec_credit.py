@@ -303,6 +303,7 @@ def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
     ({"injected_loss": "shaped", "mask_injected": True}, "mask_injected"),
     ({"injected_loss": "shaped", "mode": "force_reflect"}, "never draws"),
     ({"injected_loss": "shaped", "shaping_gamma": 0.0}, "shaping_gamma"),
+    ({"shaping_gamma": 0.2}, r"algorithm\.gec\.shaping_gamma=0\.2 is invalid: .*injected_loss=policy"),  # would be ignored
     ({"prefix_advantage": "early"}, "prefix_advantage"),
     ({"edit_scope": "some"}, "edit_scope"),
 ])
@@ -330,3 +331,63 @@ def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(ov
     config = compose_run_config("toy_cpu", overrides)
     with pytest.raises(ConfigError, match=message):
         validate_feature_combinations(config)
+
+
+def test_shaping_gamma_is_luffys_unless_set_and_refused_where_nothing_reads_it():
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_run_config
+
+    assert GecConfig(enable=True, injected_loss="shaped").validate().shaping_gamma == 0.1  # LUFFY's value
+    assert GecConfig(enable=True, injected_loss="shaped", shaping_gamma=0.3).validate().shaping_gamma == 0.3
+    base = ["algorithm.gec.enable=true", "actor_rollout_ref.rollout.n=2"]
+    validate_run_config(compose_run_config("toy_cpu", base))  # the composed default is not "set"
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.shaping_gamma=0\.1 is invalid: .*injected_loss=policy"):
+        validate_run_config(compose_run_config("toy_cpu", [*base, "algorithm.gec.shaping_gamma=0.1"]))
+
+
+SHAPED = "algorithm.gec.injected_loss=shaped"
+
+
+def _shaped_with(*overrides):
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_feature_combinations
+
+    validate_feature_combinations(compose_run_config("toy_cpu", ["algorithm.gec.enable=true", SHAPED, *overrides]))
+
+
+# verl 0.9.1's policy losses in which a token of advantage 0 neither adds to the loss nor changes any other token's
+# term (the reading of each: run_checks.SHAPED_POLICY_LOSSES); with loss_agg_mode set where the loss has its own
+@pytest.mark.parametrize("overrides", [
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"],
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=dppo_tv"],
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl"],
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=gpg"],
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"],
+    ["actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"],
+])
+def test_shaped_with_a_per_token_policy_loss_passes(overrides):
+    _shaped_with(*overrides)
+
+
+@pytest.mark.parametrize("loss_mode", ["gspo", "geo_mean", "dro", "clip_cov", "kl_cov", "bypass_mode",
+                                       "a_loss_verl_adds_later"])
+def test_shaped_with_a_policy_loss_that_keeps_zero_advantage_tokens_is_refused(loss_mode):
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref\.actor\.policy_loss\.loss_mode={loss_mode} with "
+                                          r"algorithm\.gec\.injected_loss=shaped: .*or injected_loss=policy"):
+        _shaped_with(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
+
+
+def test_shaped_with_sapo_needs_the_aggregation_sapo_uses():
+    """SAPO aggregates its term by seq-mean-token-mean whatever loss_agg_mode says; the shaped term follows
+    loss_agg_mode, so the two would be one loss only when they agree."""
+    with pytest.raises(ConfigError, match=r"loss_mode=sapo with algorithm\.gec\.injected_loss=shaped and "
+                                          r"actor_rollout_ref\.actor\.loss_agg_mode=token-mean"):
+        _shaped_with("actor_rollout_ref.actor.policy_loss.loss_mode=sapo")
+
+
+def test_the_policy_losses_allowed_with_shaped_are_verls():
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    from verl_ext.run_checks import SHAPED_POLICY_LOSSES
+
+    assert set(SHAPED_POLICY_LOSSES) <= set(POLICY_LOSS_REGISTRY)

@@ -50,3 +50,27 @@ def test_verl_fsdp_engine_builds_linear_decay():
 def test_unknown_schedule_still_rejected_by_verl():
     with pytest.raises(AssertionError):
         _optim_config(lr_scheduler_type="exponential")
+
+
+def test_a_verl_with_its_own_linear_keeps_it(monkeypatch):
+    """Should verl's FSDP config accept ``linear`` itself, install() leaves verl's config and engine as they are."""
+    from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    from verl_ext import lr_schedule
+
+    def __post_init__(self):  # a later verl's: linear among its own schedules
+        assert self.lr_scheduler_type in ["constant", "cosine", "linear"]
+        OptimizerConfig.__post_init__(self)
+
+    def _build_lr_scheduler(self, optimizer):
+        return "verl's linear"
+
+    monkeypatch.setattr(FSDPOptimizerConfig, "__post_init__", __post_init__)
+    monkeypatch.setattr(FSDPEngine, "_build_lr_scheduler", _build_lr_scheduler)
+    lr_schedule.install()
+    assert FSDPOptimizerConfig.__post_init__ is __post_init__
+    config = _optim_config()
+    assert FSDPEngine._build_lr_scheduler is _build_lr_scheduler
+    assert FSDPEngine._build_lr_scheduler(types.SimpleNamespace(optimizer_config=config, rank=1), None) == (
+        "verl's linear")

@@ -106,6 +106,23 @@ def test_reward_input_layout_changed(monkeypatch):
     _assert_clear(e, "AgentLoopWorker._compute_score", "'__num_turns__'")
 
 
+def test_llm_server_client_no_longer_forwarding_priority(monkeypatch):
+    """gec_agent's continuation passes ``priority`` to LLMServerClient.generate, which takes it through ``**kwargs``:
+    a signature that accepts it says nothing; a generate whose code never handles it must fail the check."""
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None,
+                       audio_data=None, mm_processor_kwargs=None, **kwargs):
+        server_id, server = await self._acquire_server(request_id, prompt_ids=prompt_ids)
+        return await server.generate.remote(request_id=request_id, prompt_ids=prompt_ids,
+                                            sampling_params=sampling_params, image_data=image_data)
+
+    monkeypatch.setattr(LLMServerClient, "generate", generate)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_agent_loop()
+    _assert_clear(e, "'priority'", "LLMServerClient.generate")
+
+
 def test_agent_loop_output_field_missing(monkeypatch):
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 

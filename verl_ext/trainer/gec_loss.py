@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from verl_ext.algos.gec_credit import shaped_off_policy_loss
+from verl_ext.config import LUFFY_SHAPING_GAMMA
 from verl_ext.trainer.advantage import fit_width
 from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 
@@ -26,7 +27,7 @@ SHAPED_PROB_MEAN = "gec/credit/off_policy_prob_mean"
 class ShapedInjectedPPOLoss:
     """verl's ``ppo_loss`` on the policy's tokens plus LUFFY's shaped term on injected ones (picklable for Ray)."""
 
-    def __init__(self, actor_config, gamma: float = 0.1):
+    def __init__(self, actor_config, gamma: float = LUFFY_SHAPING_GAMMA):
         self.actor_config = actor_config
         self.gamma = float(gamma)
 
