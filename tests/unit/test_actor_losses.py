@@ -352,8 +352,8 @@ def _aggregate(per_token, mask, actor_config):
         return token_sums.sum()
     if mode == "seq-mean-token-sum":
         return token_sums.sum() / rows
-    if mode == "seq-mean-token-sum-norm":
-        return token_sums.sum() / (rows * actor_config.loss_scale_factor)
+    if mode == "seq-mean-token-sum-norm":  # a horizon, or one per row
+        return (token_sums / torch.as_tensor(actor_config.loss_scale_factor)).sum() / rows
     if mode == "seq-mean-token-mean":
         return (token_sums / tokens.clamp(min=1)).sum() / rows
     raise ValueError(f"unknown loss_agg_mode {mode}")

@@ -43,10 +43,10 @@ LOSSES = ("vanilla", "entropy_grad", "shaped", "mask_injected")
 # verl 0.9.1's core_algos.agg_loss: the five modes
 MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LAYOUTS = ("legacy", "v1")
-MICRO_BATCH_SIZE = 2  # fixed micro-batches: four per rank
-# token-count micro-batches: a rank's 8 rows hold 37-55 tokens (sequences of 3-9), so 3-4 micro-batches of rows
-# regrouped by verl's balancing, not in their order
-MAX_TOKEN_LEN = 16
+MICRO_BATCH_SIZE = 4  # fixed micro-batches: two per rank
+# token-count micro-batches: a rank's 8 rows hold 50-60 tokens (sequences of 3-9), so three micro-batches of rows
+# regrouped by verl's balancing, not in their order (test_token_count_micro_batches_regroup_the_rows)
+MAX_TOKEN_LEN = 24
 GAMMA = 0.1
 # a mask off by one token moves the gradient by far more than float noise (measured: docs/combinations.md)
 SHIFTED_MIN_ERROR = 100 * GRAD_RTOL
@@ -175,11 +175,54 @@ def _rank_main(rank, port, out_path):
                                 results[_case_id(loss, mode, layout, packed, dynamic)] = {
                                     "error": _max_relative_error(grads, expected),
                                     "shifted_error": _max_relative_error(grads, shifted)}
+        results.update(_default_horizon_cases(engine, actor_config, reference, rank))
+        results["micro_batches"] = _token_count_micro_batches(_rank_rows(_global_batch(reference, "vanilla")[0], rank))
         if rank == 0:
             with open(out_path, "w") as f:
                 json.dump(results, f)
     finally:
         dist.destroy_process_group()
+
+
+def _token_count_micro_batches(local):
+    """The rows of each of verl's token-count micro-batches, per layout (both ranks call it: the count is synced)."""
+    import torch.distributed as dist
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    partitions = {}
+    for layout in LAYOUTS:
+        data = (_legacy_layout if layout == "legacy" else _v1_layout)(local)
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=MAX_TOKEN_LEN)
+        _, indices = prepare_micro_batches(data, dp_group=dist.group.WORLD, same_micro_num_in_dp=True)
+        partitions[layout] = [[int(i) for i in rows] for rows in indices]
+    return partitions
+
+
+def _default_horizon_cases(engine, actor_config, reference, rank):
+    """verl's own loss under ``seq-mean-token-sum-norm`` with ``loss_scale_factor=null`` (its default), fixed
+    micro-batches, against the hand-written loss with the horizon verl's agg_loss reads (the width of the micro-batch's
+    padded response tensor) and with the response length."""
+    config = dataclasses.replace(actor_config, loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=None)
+    tensors, _ = _global_batch(reference, "vanilla")
+    lengths = tensors["attention_mask"][:, P:].sum(-1).float()
+    # each rank cuts its rows into consecutive micro-batches: the longest response of each
+    longest_in_micro_batch = lengths.view(-1, 2).amax(-1).repeat_interleave(2)  # micro-batches of two rows
+    horizons = {"legacy": float(R), "v1": longest_in_micro_batch}
+    results = {}
+    for layout in LAYOUTS:
+        grads, _ = _engine_grads(engine, _rank_rows(tensors, rank), _loss_fn("vanilla", config), 2,
+                                 layout=_legacy_layout if layout == "legacy" else _v1_layout,
+                                 use_remove_padding=True, global_batch_size=len(lengths))
+        if rank == 0:
+            padded_width = _reference_grads(reference, "vanilla", tensors, None,
+                                            dataclasses.replace(config, loss_scale_factor=horizons[layout]))
+            response_length = _reference_grads(reference, "vanilla", tensors, None,
+                                               dataclasses.replace(config, loss_scale_factor=R))
+            results[f"default_horizon-{layout}"] = {"error": _max_relative_error(grads, padded_width),
+                                                    "response_length_error": _max_relative_error(grads,
+                                                                                                 response_length)}
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +241,21 @@ def test_engine_gradient_on_two_ranks_equals_the_hand_written_loss(cluster_resul
     assert result["error"] < GRAD_RTOL
     # and the comparison sees a mask one token off
     assert result["shifted_error"] > SHIFTED_MIN_ERROR
+
+
+def test_verls_default_horizon_is_the_width_of_the_micro_batchs_padded_responses(cluster_results):
+    """Not verl_ext's: where verl's Dr.GRPO normalisation comes from when ``loss_scale_factor`` is unset. The legacy
+    layout keeps the batch's response width (a constant: the rollout pads to the response length); v1's jagged
+    responses are padded per micro-batch, so each micro-batch is divided by its own longest response."""
+    legacy, v1 = cluster_results["default_horizon-legacy"], cluster_results["default_horizon-v1"]
+    assert legacy["error"] < GRAD_RTOL and legacy["response_length_error"] < GRAD_RTOL
+    assert v1["error"] < GRAD_RTOL
+    assert v1["response_length_error"] > 0.1  # not the response length's normalisation
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_token_count_micro_batches_regroup_the_rows(cluster_results, layout):
+    """The dynamic-batch-size cases above run verl's re-packing: several micro-batches, rows out of their order."""
+    partition = cluster_results["micro_batches"][layout]
+    rows = [i for micro_batch in partition for i in micro_batch]
+    assert len(partition) > 1 and sorted(rows) == list(range(8)) and rows != sorted(rows)
