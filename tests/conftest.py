@@ -17,8 +17,9 @@ os.environ.setdefault("VERL_PLATFORM", "cpu")
 # A module not listed keeps its place after the listed ones of its kind.
 E2E_LONGEST_FIRST = ["test_batch_invariance", "test_examples_run", "test_compare", "test_toy_build", "test_vllm_rollout",
                      "test_multirun", "test_combinations", "test_pipeline", "test_cpu_pipeline", "test_evaluate"]
-UNIT_LONGEST_FIRST = ["test_import_first", "test_examples", "test_toy", "test_plugin", "test_cpu_mode", "test_sweeps",
-                      "test_packaging", "test_config", "test_hf_rollout", "test_gec", "test_actor_losses"]
+UNIT_LONGEST_FIRST = ["test_import_first", "test_examples", "test_toy", "test_plugin", "test_cpu_mode",
+                      "test_actor_losses_cluster", "test_sweeps", "test_packaging", "test_config", "test_hf_rollout",
+                      "test_gec", "test_actor_losses"]
 # e2e modules whose tests share a module fixture (one from-scratch toy build): one work unit
 E2E_ONE_UNIT = {"test_toy_build"}
 

@@ -203,10 +203,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def engine_setup():
-    """verl's FSDP2 actor engine on one CPU rank (gloo) with the toy Qwen2, built as verl's worker builds it."""
-    import torch.distributed as dist
+def build_engine(use_remove_padding: bool = False):
+    """verl's FSDP2 actor engine with the toy Qwen2, built as verl's worker builds it, in the current process group,
+    and the same weights as a plain HF model (the reference). ``use_remove_padding`` is the model setting verl's GPU
+    default turns on; each batch still picks its path with its own ``use_remove_padding`` entry."""
     import transformers
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -217,11 +217,8 @@ def engine_setup():
     from tests.unit.test_config import CONFIG_DIR
 
     with initialize_config_dir(config_dir=os.path.abspath(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="toy_cpu")
+        cfg = compose(config_name="toy_cpu", overrides=[f"actor_rollout_ref.model.use_remove_padding={use_remove_padding}"])
     OmegaConf.resolve(cfg)
-    own_group = not dist.is_initialized()
-    if own_group:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     model_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
     actor_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     actor_config.model_config = model_config
@@ -234,16 +231,28 @@ def engine_setup():
     engine.initialize()
     reference = transformers.AutoModelForCausalLM.from_pretrained(model_config.local_path, dtype=torch.float32,
                                                                   attn_implementation="sdpa")
-    yield engine, actor_config, reference
+    return engine, actor_config, reference
+
+
+@pytest.fixture(scope="module")
+def engine_setup():
+    """The engine on one CPU rank (gloo)."""
+    import torch.distributed as dist
+
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield build_engine()
     if own_group:
         dist.destroy_process_group()
 
 
-def _batch(reference):
-    """A batch as verl's legacy trainer hands it to the actor, with the driver's entropy_grad fields."""
-    g = torch.Generator().manual_seed(0)
+def _batch(reference, seed=0):
+    """A batch as verl's legacy trainer hands it to the actor, with the driver's entropy_grad fields (another seed:
+    other tokens and response lengths, the same two groups of four)."""
+    g = torch.Generator().manual_seed(seed)
     prompt_len = torch.tensor([4, 3, 4, 2, 4, 4, 3, 4])
-    resp_len = torch.tensor([5, 2, 4, 5, 1, 3, 5, 4])
+    resp_len = torch.tensor([5, 2, 4, 5, 1, 3, 5, 4]) if seed == 0 else torch.randint(1, R + 1, (B,), generator=g)
     ids = torch.randint(3, 250, (B, P + R), generator=g)
     attention = torch.zeros(B, P + R, dtype=torch.long)
     for i in range(B):
@@ -270,21 +279,36 @@ def _policy(model, ids, attention, position):
     return log_p.gather(-1, ids[:, P:, None]).squeeze(-1), -(log_p.exp() * log_p).sum(-1)
 
 
-def _engine_grads(engine, tensors, loss_fn, micro_batch_size):
+def _legacy_layout(tensors):
+    """The mini-batch as verl's legacy trainer hands it to the actor: ``left_right_2_no_padding`` of the padded
+    batch (nested input ids and positions; the response fields and verl_ext's stay dense)."""
     from verl import DataProto
-    from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    data = left_right_2_no_padding(DataProto.from_dict(tensors=dict(tensors),
-                                                       meta_info={"temperature": TEMPERATURE}).to_tensordict())
-    tu.assign_non_tensor(data, calculate_entropy=True, global_batch_size=B, use_remove_padding=False,
-                         use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size, max_token_len_per_gpu=None,
-                         use_fused_kernels=False)
+    return left_right_2_no_padding(DataProto.from_dict(tensors=dict(tensors)).to_tensordict())
+
+
+def _engine_grads(engine, tensors, loss_fn, micro_batch_size, *, layout=_legacy_layout, use_remove_padding=False,
+                  max_token_len=None, global_batch_size=B):
+    """The full (all-gathered) gradient verl's engine accumulates over the mini-batch ``tensors`` (this rank's rows
+    when several ranks call it together): fixed micro-batches of ``micro_batch_size`` rows, or verl's token-count
+    micro-batches of at most ``max_token_len`` tokens when that is set."""
+    from verl.utils import tensordict_utils as tu
+
+    data = layout(tensors)
+    tu.assign_non_tensor(data, calculate_entropy=True, global_batch_size=global_batch_size,
+                         use_remove_padding=use_remove_padding, use_dynamic_bsz=max_token_len is not None,
+                         micro_batch_size_per_gpu=micro_batch_size, max_token_len_per_gpu=max_token_len,
+                         use_fused_kernels=False, temperature=TEMPERATURE)
     advantages_before = data["advantages"].clone()
     engine.optimizer_zero_grad()
     with engine.train_mode(zero_grad_on_exit=False):
         output = engine.forward_backward_batch(data, loss_function=loss_fn)
-    assert torch.equal(data["advantages"], advantages_before)  # the mini-batch is read again by later epochs
+    if advantages_before.is_nested:
+        advantages_before, after = advantages_before.values(), data["advantages"].values()
+    else:
+        after = data["advantages"]
+    assert torch.equal(after, advantages_before)  # the mini-batch is read again by later epochs
     grads = {}
     for name, p in engine.module.named_parameters():
         grad = torch.zeros(p.shape) if p.grad is None else p.grad
@@ -304,7 +328,7 @@ def _official_grads(reference, tensors, grpo_adv, actor_config, entropy_eps=1e-6
     fallback = grpo_adv * h_bar / torch.where(h_old > 0, h_old, 1.0)  # the detached factor
     adv = torch.where(h_old > 0, torch.where(h_now.detach() > entropy_eps, official, fallback), stored)[:, None]
     ratio = torch.exp((log_probs - tensors["old_log_probs"]).clamp(-20, 20))
-    _aggregate(_clipped_ppo(adv, ratio, actor_config), mask, actor_config.loss_agg_mode).backward()
+    _aggregate(_clipped_ppo(adv, ratio, actor_config), mask, actor_config).backward()
     return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
 
 
@@ -316,10 +340,23 @@ def _clipped_ppo(adv, ratio, actor_config):
     return torch.where(adv < 0, torch.minimum(-adv * actor_config.clip_ratio_c, clipped), clipped)
 
 
-def _aggregate(per_token, mask, loss_agg_mode):
-    if loss_agg_mode == "seq-mean-token-mean":
-        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
-    return (per_token * mask).sum() / mask.sum()  # token-mean over the whole mini-batch
+def _aggregate(per_token, mask, actor_config):
+    """verl's five ``loss_agg_mode``s written out over the whole mini-batch (every rank's rows): its B rows (an empty
+    row counts in B, as in verl's global_batch_size), N valid tokens, horizon ``loss_scale_factor``."""
+    token_sums = (per_token * mask).sum(-1)
+    rows, tokens = mask.shape[0], mask.sum(-1)
+    mode = actor_config.loss_agg_mode
+    if mode == "token-mean":
+        return token_sums.sum() / tokens.sum()
+    if mode == "token-sum":
+        return token_sums.sum()
+    if mode == "seq-mean-token-sum":
+        return token_sums.sum() / rows
+    if mode == "seq-mean-token-sum-norm":  # a horizon, or one per row
+        return (token_sums / torch.as_tensor(actor_config.loss_scale_factor)).sum() / rows
+    if mode == "seq-mean-token-mean":
+        return (token_sums / tokens.clamp(min=1)).sum() / rows
+    raise ValueError(f"unknown loss_agg_mode {mode}")
 
 
 # fp32, two summation orders (verl's engine: per micro-batch, FSDP's flat parameters; the reference: one pass): up to
@@ -378,9 +415,9 @@ def test_engine_all_fallback_is_verls_detached_gradient_exactly(engine_setup):
 # ---- gec.injected_loss=shaped ---------------------------------------------------------------------------------
 
 
-def _shaped_batch(reference):
+def _shaped_batch(reference, seed=0):
     """The same batch with GEC's off-policy mask: a few spans of injected answer / solution tokens."""
-    tensors, grpo_adv = _batch(reference)
+    tensors, grpo_adv = _batch(reference, seed)
     tensors = {k: v for k, v in tensors.items() if k not in (EDA_H_BAR_KEY, EDA_H_OLD_KEY)}
     mask = tensors["response_mask"]
     off = torch.zeros_like(mask)
@@ -401,7 +438,7 @@ def _shaped_reference_grads(reference, tensors, actor_config, gamma):
     prob = log_probs.exp()
     per_token = torch.where(tensors[OFF_POLICY_MASK_KEY].bool(), -adv * prob / (prob + gamma),
                             _clipped_ppo(adv, ratio, actor_config))
-    _aggregate(per_token, mask, actor_config.loss_agg_mode).backward()
+    _aggregate(per_token, mask, actor_config).backward()
     return {name: p.grad.detach().clone() for name, p in reference.named_parameters()}
 
 
