@@ -69,11 +69,13 @@ def _new_actors(cluster, seen: set[str]) -> dict[str, str]:
 
 
 def _assert_spread(placed: dict[str, str], node_ids: set[str]) -> None:
-    """FSDP's two ranks (verl's ``<prefix>WorkerDict_<node>:<rank>``, one worker group) and the two agent-loop
-    workers each on a different node of the two."""
+    """FSDP's two ranks (verl's ``<prefix>WorkerDict_<node>:<rank>``, one worker group), their rollout servers
+    (``hf_server_<replica>_<rank>``) and the two agent-loop workers each on a different node of the two."""
     ranks = {name: node for name, node in placed.items() if "WorkerDict_" in name}
     assert len(ranks) == 2 and len({name.split("WorkerDict_")[0] for name in ranks}) == 1, placed
     assert set(ranks.values()) == node_ids, placed
+    servers = {name: node for name, node in placed.items() if name.startswith("hf_server_")}
+    assert len(servers) == 2 and set(servers.values()) == node_ids, placed
     agent_workers = {name: node for name, node in placed.items() if name.startswith("agent_loop_worker_")}
     assert len(agent_workers) == 2 and set(agent_workers.values()) == node_ids, placed
 
