@@ -147,8 +147,8 @@ def joins_ray_cluster(address: str | None) -> bool:
 
 
 def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) -> None:
-    """A run that joins a running Ray cluster (``ray_kwargs.ray_init.address``, ``RAY_ADDRESS``) takes the nodes'
-    resources as ``ray start`` gave them: the config's options for a cluster of its own (``LOCAL_CLUSTER_ONLY``,
+    """A run that joins a running Ray cluster (:func:`joins_ray_cluster`) takes the nodes' resources as ``ray start``
+    gave them: the config's options for a cluster of its own (``LOCAL_CLUSTER_ONLY``,
     e.g. the CPU default's logical ``num_cpus``/``num_gpus``) are dropped, and one typed on the command line is
     refused, as Ray would refuse it. Without an address nothing changes."""
     from verl_ext.config import ConfigError
@@ -159,7 +159,12 @@ def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) ->
     address = ray_init.get("address", None)
     if not joins_ray_cluster(address):
         return
-    where = f"ray_kwargs.ray_init.address={address}" if address else f"RAY_ADDRESS={os.environ.get('RAY_ADDRESS')}"
+    if address not in (None, "auto"):
+        where = f"ray_kwargs.ray_init.address={address}"
+    elif os.environ.get("RAY_ADDRESS"):
+        where = f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
+    else:
+        where = "the cluster the last `ray start` on this machine recorded"
     typed = {key.lstrip("+~") for key in command_line_keys}
     dropped = {}
     for key in LOCAL_CLUSTER_ONLY:

@@ -86,3 +86,20 @@ def test_paper_preset_joins_unchanged():
 def test_joins_ray_cluster_follows_rays_rule(address, joins, tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no cluster recorded by a `ray start` on this machine
     assert joins_ray_cluster(address) is joins
+
+
+def test_a_cluster_recorded_by_ray_start_is_joined_without_an_address(tmp_path, monkeypatch):
+    """Ray's rule for ``address`` unset: the cluster the last ``ray start`` (or ``ray.cluster_utils.Cluster``) on this
+    machine recorded in its temp folder."""
+    from ray._common.utils import get_ray_address_file
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    record = get_ray_address_file(None)
+    (tmp_path / "ray").mkdir(exist_ok=True)
+    with open(record, "w") as f:
+        f.write(ADDRESS)
+    assert joins_ray_cluster(None)
+    rc, doc, err = _dry_run()
+    assert rc == 0, err[-3000:]
+    _accepted_by_ray_when_joining(_ray_init(doc))
+    assert "the cluster the last `ray start` on this machine recorded" in err
