@@ -38,6 +38,9 @@ def two_node_cluster():
     temp = tempfile.mkdtemp(prefix="ray2n-", dir="/tmp")
     previous = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp  # the cluster's files, and Ray's "latest cluster" record, stay in here
+    # the nodes' processes inherit this environment: without VERL_PLATFORM, as on a cluster's nodes, so CPU mode
+    # reaches the job's workers only through the job's runtime_env (verl_ext.main.select_platform)
+    platform = os.environ.pop("VERL_PLATFORM", None)
     cluster = None
     try:
         cluster = Cluster(initialize_head=True, head_node_args=dict(
@@ -45,8 +48,12 @@ def two_node_cluster():
             _system_config={"prestart_worker_first_driver": False}))
         cluster.add_node(num_cpus=8, num_gpus=1)
         cluster.wait_for_nodes()
+        if platform is not None:
+            os.environ["VERL_PLATFORM"] = platform
         yield cluster
     finally:
+        if platform is not None:
+            os.environ["VERL_PLATFORM"] = platform
         if cluster is not None:
             cluster.shutdown()
         if previous is None:
