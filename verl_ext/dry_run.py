@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = compose_run_config(args.config_name, list(args.overrides))
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the config alone (verl's checks print)
-            prepare(config)
+            prepare(config, [override.split("=", 1)[0] for override in args.overrides])
     # Hydra/OmegaConf: a bad override or interpolation; verl_ext's ConfigError is a ValueError; verl's
     # validate_config raises ValueError or AssertionError
     except (HydraException, OmegaConfBaseException, ValueError, AssertionError) as e:

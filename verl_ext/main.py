@@ -121,6 +121,69 @@ def select_platform(config: DictConfig) -> None:
         ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
 
 
+# ray.init options that only size a cluster Ray starts: Ray refuses them when it joins a running one (ray 2.60
+# ``ray.init``: "When connecting to an existing cluster, num_cpus and num_gpus must not be provided", and the same for
+# each of these)
+LOCAL_CLUSTER_ONLY = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_system_config",
+                      "_node_name", "_enable_object_reconstruction")
+
+
+def joins_ray_cluster(address: str | None) -> bool:
+    """Whether ``ray.init(address=address)`` joins a running cluster rather than starting one, by Ray's own rule
+    (``ray.init``'s docstring): an address other than ``local``, else ``RAY_ADDRESS``, else the cluster the last
+    ``ray start`` on this machine recorded. A process that already runs Ray never calls ``ray.init`` here."""
+    if address == "local":
+        return False
+    if address not in (None, "auto") or os.environ.get("RAY_ADDRESS"):
+        return True
+    try:  # None / "auto": Ray's resolution (RAY_ADDRESS, then ray_current_cluster), as ray.init calls it
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray: only the explicit signals above
+        return address == "auto"
+    try:
+        return canonicalize_bootstrap_address(address) is not None
+    except Exception:  # "auto" with no cluster to find: ray.init raises its own ConnectionError
+        return True
+
+
+def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) -> None:
+    """A run that joins a running Ray cluster (:func:`joins_ray_cluster`) takes the nodes' resources as ``ray start``
+    gave them: the config's options for a cluster of its own (``LOCAL_CLUSTER_ONLY``,
+    e.g. the CPU default's logical ``num_cpus``/``num_gpus``) are dropped, and one typed on the command line is
+    refused, as Ray would refuse it. Without an address nothing changes."""
+    from verl_ext.config import ConfigError
+
+    ray_init = OmegaConf.select(config, "ray_kwargs.ray_init", default=None)
+    if ray_init is None:
+        return
+    address = ray_init.get("address", None)
+    if not joins_ray_cluster(address):
+        return
+    if address not in (None, "auto"):
+        where = f"ray_kwargs.ray_init.address={address}"
+    elif os.environ.get("RAY_ADDRESS"):
+        where = f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
+    else:
+        where = "the cluster the last `ray start` on this machine recorded"
+    typed = {key.lstrip("+~") for key in command_line_keys}
+    dropped = {}
+    for key in LOCAL_CLUSTER_ONLY:
+        value = ray_init.get(key, None)
+        if value is None or (key == "_system_config" and not value):
+            continue
+        if f"ray_kwargs.ray_init.{key}" in typed:
+            raise ConfigError(f"ray_kwargs.ray_init.{key}={value} with {where}: Ray refuses {key} when it joins a "
+                              f"running cluster; give each node its resources when you start it (ray start "
+                              f"--num-cpus/--num-gpus/--resources), or drop the address to start a cluster here")
+        dropped[key] = value
+    if dropped:
+        with open_dict(config):
+            for key in dropped:
+                ray_init[key] = None
+        print(f"[verl_ext] joining the Ray cluster ({where}): the nodes' own resources are used, not the config's "
+              + ", ".join(f"ray_kwargs.ray_init.{k}={v}" for k, v in dropped.items()), flush=True)
+
+
 def _command_line_keys() -> list[str]:
     """The keys the user set on the command line (Hydra's task overrides); empty outside a Hydra main."""
     try:
@@ -131,22 +194,25 @@ def _command_line_keys() -> list[str]:
         return []
 
 
-def apply_platform_defaults(config: DictConfig) -> None:
+def apply_platform_defaults(config: DictConfig, command_line_keys: list[str]) -> None:
     """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``); values the user
     typed on the command line are kept, or refused if they cannot work there."""
     if is_cpu_support_active():
         from verl_ext.cpu.vllm_cpu import apply_cpu_vllm_rollout_defaults
 
-        changed = apply_cpu_vllm_rollout_defaults(config, _command_line_keys())
+        changed = apply_cpu_vllm_rollout_defaults(config, command_line_keys)
         if changed:
             print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))
 
 
-def prepare(config: DictConfig) -> None:
+def prepare(config: DictConfig, command_line_keys: list[str] | None = None) -> None:
     """Everything before training, in place: platform, resolution, verl_ext's and verl's start-up checks.
 
     ``run`` trains on the result; ``python -m verl_ext.dry_run`` prints it (so a dry run refuses what a run would).
+    ``command_line_keys``: the keys the user typed (default: Hydra's task overrides of this run).
     """
+    if command_line_keys is None:
+        command_line_keys = _command_line_keys()
     select_platform(config)  # first: the imports below resolve verl's platform
 
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -155,7 +221,8 @@ def prepare(config: DictConfig) -> None:
 
     check_toy_options(config)  # before resolving builds the toy's files
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
-    apply_platform_defaults(config)  # before the checks, so they see what will run
+    apply_platform_defaults(config, command_line_keys)  # before the checks, so they see what will run
+    fit_ray_init_to_cluster(config, command_line_keys)
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/run_checks.py), before verl's own
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
