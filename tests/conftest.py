@@ -15,8 +15,9 @@ os.environ.setdefault("VERL_PLATFORM", "cpu")
 # suite's time"), so that the two lanes end together: each e2e test on its own, then the unit tests a module at a
 # time (their module fixtures build toy models, verl engines and Ray clusters once per module, not once per lane).
 # A module not listed keeps its place after the listed ones of its kind.
-E2E_LONGEST_FIRST = ["test_two_nodes", "test_batch_invariance", "test_examples_run", "test_compare", "test_toy_build", "test_vllm_rollout",
-                     "test_multirun", "test_combinations", "test_pipeline", "test_cpu_pipeline", "test_evaluate"]
+E2E_LONGEST_FIRST = ["test_two_nodes", "test_batch_invariance", "test_examples_run", "test_compare", "test_gpu_settings",
+                     "test_toy_build", "test_vllm_rollout", "test_multirun", "test_combinations", "test_pipeline",
+                     "test_cpu_pipeline", "test_evaluate"]
 UNIT_LONGEST_FIRST = ["test_import_first", "test_examples", "test_toy", "test_plugin", "test_cpu_mode",
                       "test_actor_losses_cluster", "test_sweeps", "test_packaging", "test_config", "test_hf_rollout",
                       "test_gec", "test_actor_losses"]
