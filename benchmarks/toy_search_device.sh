@@ -3,6 +3,7 @@
 # run from the repository root, python3 with torch and transformers (no verl needed), results under $OUT:
 #   $OUT/summary.json  every cell's record and criteria a/b/c, rewritten as each unit finishes
 #   $OUT/search.log    the search's progress, then the per-cell table
+# The device tool copies the main checkout: merge this script and verl_ext/toy/search.py there first.
 # Settings (environment): JOBS (default 16), DEADLINE (seconds, default 520: the summary is written before a
 # 600-second command limit), UNIT_TIMEOUT (default 500), DEVICE (cpu; cuda runs every unit on the GPU), CELLS (the
 # cell list; default below), EXTRA (more options, e.g. "--quick" for a smoke run).
