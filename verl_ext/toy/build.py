@@ -153,18 +153,26 @@ def ship_weights(assets: ToyAssets) -> Path:
     return stem.with_suffix(".safetensors")
 
 
-def reason_warmup_examples(split, seed: int = SEED) -> list[tuple[str, str, str]]:
-    """(prompt, context, target) triples of the reasoning task's warm-up (``REASON_SFT``), deterministic."""
+def reason_warmup_examples(split, seed: int = SEED, recipe: dict | None = None, extra_source: str | None = None,
+                           extra_share: float = 0.0) -> list[tuple[str, str, str]]:
+    """(prompt, context, target) triples of the reasoning task's warm-up (``recipe``, default ``REASON_SFT``),
+    deterministic. ``extra_source`` (a family of ``split.warmup`` beside ``toy_chain`` and ``toy_bag``: a hard-split
+    design's, ``designs.py``) takes ``extra_share`` of the examples, written left to right as ``toy_chain``'s; with
+    none (the default) the examples are the default recipe's, draw for draw."""
     import random
 
+    recipe = REASON_SFT if recipe is None else recipe
     rng = random.Random(seed)
     out = []
-    for _ in range(REASON_SFT["examples"]):
-        source = _reason.DATA_SOURCE_BAG if rng.random() < REASON_SFT["mix_bag"] else _reason.DATA_SOURCE_CHAIN
+    for _ in range(recipe["examples"]):
+        if extra_source is not None and rng.random() < extra_share:
+            source = extra_source
+        else:
+            source = _reason.DATA_SOURCE_BAG if rng.random() < recipe["mix_bag"] else _reason.DATA_SOURCE_CHAIN
         ops = rng.choice(split.warmup[source])
         prompt = _reason.prompt_text(source, ops)
         order = _reason.random_order(ops, rng) if source == _reason.DATA_SOURCE_BAG else None
-        if rng.random() < REASON_SFT["fix"]:
+        if rng.random() < recipe["fix"]:
             wrong_order = _reason.random_order(ops, rng) if order is not None else None
             out.append((prompt, _reason.wrong_attempt(source, ops, rng, wrong_order) + _reason.CUE,
                         _reason.solution(source, ops, order=order)))
@@ -173,17 +181,24 @@ def reason_warmup_examples(split, seed: int = SEED) -> list[tuple[str, str, str]
     return out
 
 
-def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
-    """Per data source, on the held-out prompts: sampled (T = 1) and greedy accuracy, median response length
-    (tokens, EOS included), mean token entropy (nats), the shares of sampled replies that use the cue and that are
-    empty (EOS first), and the repair rate: accuracy of a T = 1 continuation after a wrong attempt + the cue."""
+def reason_step0_figures(model, tok, split, seed: int = SEED, group_samples: int = 0,
+                         n_val: int | None = None) -> dict:
+    """Per data source of ``split`` (its order), on the held-out prompts: sampled (T = 1) and greedy accuracy, median
+    response length (tokens, EOS included), mean token entropy (nats), the shares of sampled replies that use the cue
+    and that are empty (EOS first), and the repair rate: accuracy of a T = 1 continuation after a wrong attempt + the
+    cue.
+
+    ``group_samples`` = k > 0 adds, from k more T = 1 samples of each prompt (validation's ``mean@1`` over k samples):
+    ``acc_group`` (their accuracy), ``all_wrong_groups`` (share of prompts none of whose k samples is right),
+    ``median_len_group`` and ``entropy_group``, and ``ref_median_len``: the median length of the prompts' reference
+    solutions (tokens, EOS included). ``n_val``: the first n held-out prompts only (a smoke test's)."""
     import random
     import statistics
 
     rng = random.Random(seed + 7)
     figures = {}
-    for source in _reason.DATA_SOURCES:
-        ops = split.val[source]
+    for source in split.val:
+        ops = split.val[source][:n_val]
         prompts = [_reason.prompt_text(source, o) for o in ops]
         truth = [str(_reason.answer(o)) for o in ops]
         sampled = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed + 1)
@@ -206,6 +221,20 @@ def reason_step0_figures(model, tok, split, seed: int = SEED) -> dict:
             "empty_rate": round(sum(o["n_tokens"] <= 1 for o in sampled) / len(sampled), 4),  # EOS first
             "repair_t1": acc(repaired, wrong),
         }
+        if group_samples:
+            k = group_samples
+            group = _model.sample_responses(model, tok, [p for p in prompts for _ in range(k)], EVAL_MAX_TOKENS, 1.0,
+                                            seed=seed + 4)
+            right = [_reason.final_answer(o["text"]) == truth[i // k] for i, o in enumerate(group)]
+            refs = [len(tok.encode(_reason.solution(source, o), add_special_tokens=False)) + 1 for o in ops]
+            figures[source].update({
+                "group_samples": k,
+                "acc_group": round(sum(right) / len(right), 4),
+                "all_wrong_groups": round(sum(not any(right[i * k:(i + 1) * k]) for i in range(len(ops))) / len(ops), 4),
+                "median_len_group": statistics.median(o["n_tokens"] for o in group),
+                "entropy_group": round(statistics.fmean(o["entropy"] for o in group), 4),
+                "ref_median_len": statistics.median(refs),
+            })
     return figures
 
 

@@ -34,7 +34,8 @@ SFT_TARGET_ACC = 0.40
 SFT_EVAL_EVERY = 10
 
 
-def create_model(tokenizer, seed: int):
+def create_model(tokenizer, seed: int, model_kw: dict | None = None):
+    """A fresh Qwen2 of ``MODEL_KW`` (or ``model_kw``: another size, e.g. a cell of ``search.py``), seeded."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
@@ -42,7 +43,7 @@ def create_model(tokenizer, seed: int):
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **MODEL_KW,
+        **(MODEL_KW if model_kw is None else model_kw),
     )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
@@ -195,9 +196,10 @@ def sft_warmup_steps(model, tokenizer, examples: list[tuple[str, str, str]], see
 
     The response is context + target + EOS; the loss is on target + EOS only (context: a wrong attempt the model
     reads but is not taught). AdamW with a linear warm-up and cosine decay; single-threaded and seeded, so one machine
-    builds the same weights every time whatever its core count.
+    builds the same weights every time whatever its core count. Batches go to the model's device.
     """
     g = torch.Generator().manual_seed(seed)
+    dev = next(model.parameters()).device
     seqs, starts = [], []
     for p, ctx, tgt in examples:
         pi = _prompt_ids(tokenizer, p) + tokenizer.encode(ctx, add_special_tokens=False)
@@ -218,8 +220,8 @@ def sft_warmup_steps(model, tokenizer, examples: list[tuple[str, str, str]], see
             idx = torch.randint(0, len(seqs), (batch_size,), generator=g)
             att_b = att[idx]
             keep = int(att_b.sum(0).nonzero().min())  # drop all-padding columns (left padding)
-            out = model(input_ids=ids[idx, keep:], attention_mask=att_b[:, keep:], position_ids=pos[idx, keep:],
-                        labels=labels[idx, keep:])
+            out = model(input_ids=ids[idx, keep:].to(dev), attention_mask=att_b[:, keep:].to(dev),
+                        position_ids=pos[idx, keep:].to(dev), labels=labels[idx, keep:].to(dev))
             opt.zero_grad(set_to_none=True)
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -241,9 +243,11 @@ def sample_responses(model, tokenizer, prompts: list[str], max_new_tokens: int, 
     """Generate one response per prompt (optionally after a given response prefix); T <= 0 is greedy.
 
     Returns per prompt: ``text`` (decoded, without EOS), ``n_tokens`` (generated, EOS included) and ``entropy``
-    (mean over the generated tokens of the entropy of the T = 1 next-token distribution, nats).
+    (mean over the generated tokens of the entropy of the T = 1 next-token distribution, nats). Runs on the model's
+    device (its own seeded generator there).
     """
-    g = torch.Generator().manual_seed(seed)
+    dev = next(model.parameters()).device
+    g = torch.Generator(device=dev).manual_seed(seed)
     eos = tokenizer.eos_token_id
     seqs = []
     for i, p in enumerate(prompts):
@@ -252,14 +256,14 @@ def sample_responses(model, tokenizer, prompts: list[str], max_new_tokens: int, 
             ids = ids + tokenizer.encode(prefixes[i], add_special_tokens=False)
         seqs.append(ids)
     n = len(seqs)
-    ids, att, pos, _ = _batchify(seqs, tokenizer.pad_token_id)
+    ids, att, pos, _ = (t.to(dev) for t in _batchify(seqs, tokenizer.pad_token_id))
     out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1, :].float()
     next_pos = pos[:, -1:] + 1
-    out_tok = torch.full((n, max_new_tokens), tokenizer.pad_token_id, dtype=torch.long)
-    out_len = torch.zeros(n, dtype=torch.long)
-    ent_sum = torch.zeros(n)
-    done = torch.zeros(n, dtype=torch.bool)
+    out_tok = torch.full((n, max_new_tokens), tokenizer.pad_token_id, dtype=torch.long, device=dev)
+    out_len = torch.zeros(n, dtype=torch.long, device=dev)
+    ent_sum = torch.zeros(n, device=dev)
+    done = torch.zeros(n, dtype=torch.bool, device=dev)
     for step in range(max_new_tokens):
         logp = torch.log_softmax(logits, -1)
         ent = -(logp.exp() * logp).sum(-1)
@@ -274,11 +278,12 @@ def sample_responses(model, tokenizer, prompts: list[str], max_new_tokens: int, 
         done |= nxt == eos
         if bool(done.all()):
             break
-        att = torch.cat([att, torch.ones((n, 1), dtype=att.dtype)], -1)
+        att = torch.cat([att, torch.ones((n, 1), dtype=att.dtype, device=dev)], -1)
         feed = torch.where(done, torch.full_like(nxt, tokenizer.pad_token_id), nxt).unsqueeze(-1)
         out = model(input_ids=feed, attention_mask=att, position_ids=next_pos, past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
+    out_tok, out_len, ent_sum = out_tok.cpu(), out_len.cpu(), ent_sum.cpu()
     tokens = [out_tok[i, : out_len[i]].tolist() for i in range(n)]
     res = []
     for i in range(n):

@@ -158,13 +158,15 @@ def make_row(source: str, operands: tuple[int, ...], split: str, index: int, gre
     }
 
 
-def make_rows(seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
+def make_rows(seed: int = SPLIT_SEED, split: Split | None = None) -> tuple[list[dict], list[dict]]:
     """(train_rows, val_rows): the shuffled RL pool; every held-out prompt ``VAL_SAMPLES`` times sampled and once
-    greedy."""
-    sp = split_problems(seed)
-    train = [(s, ops) for s in DATA_SOURCES for ops in sp.train[s]]
+    greedy. ``split``: another split's prompts (a hard-split design of ``designs.py``; default: ``split_problems``),
+    its data sources in its own order."""
+    sp = split_problems(seed) if split is None else split
+    sources = tuple(sp.val)
+    train = [(s, ops) for s in sources for ops in sp.train[s]]
     random.Random(seed + 1).shuffle(train)
-    held_out = [(s, ops) for s in DATA_SOURCES for ops in sp.val[s]]
+    held_out = [(s, ops) for s in sources for ops in sp.val[s]]
     val = [(s, ops, False, k) for k in range(VAL_SAMPLES) for s, ops in held_out]
     val += [(s, ops, True, 0) for s, ops in held_out]
     val_rows = [make_row(s, ops, "test", i, greedy=g, sample=k) for i, (s, ops, g, k) in enumerate(val)]

@@ -30,33 +30,47 @@ BATCH_PROMPTS = 16
 LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the toy's lr (hydra_configs/toy_cpu.yaml)
 
 
-def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None) -> list[list[tuple[str, tuple]]]:
+def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None,
+                 design=None) -> list[list[tuple[str, tuple]]]:
     """The (data source, operands) of each step's prompts, as verl's legacy trainer draws the RL pool
-    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does): verl's own seeded
-    sampler (``create_rl_sampler``, ``data.seed``) in a dataloader built as ``RayPPOTrainer`` builds its training one
-    (the toy's batch, ``drop_last``), a fresh pass each epoch."""
+    (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does; ``design``: a
+    hard-split design's pool, ``designs.py``, default today's): :func:`step_indices` over those rows."""
+    from . import designs
+
+    design = designs.parse_design(design or designs.DEFAULT_DESIGN) if not isinstance(design, designs.HardDesign) \
+        else design
+    split = designs.split_for(design)
+    rows = designs.train_rows(design, sources)
+    assert all(ops in split.train[s] for s, ops in rows)
+    return [[rows[i] for i in batch] for batch in step_indices(seed, steps, len(rows))]
+
+
+def step_indices(seed: int, steps: int, n_rows: int) -> list[list[int]]:
+    """The row indices of each step's prompts in a pool of ``n_rows``: verl's own seeded sampler
+    (``create_rl_sampler``, ``data.seed``) in a dataloader built as ``RayPPOTrainer`` builds its training one (the
+    toy's batch, ``drop_last``), a fresh pass each epoch. Imports verl (``search.py`` reads them precomputed)."""
     from omegaconf import OmegaConf
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.ppo.utils import create_rl_sampler
 
-    split = reason.split_problems()
-    rows = [(r["data_source"], tuple(r["extra_info"]["operands"])) for r in reason.make_rows()[0]]
-    if sources:
-        rows = [r for r in rows if r[0] in sources]
-    assert all(ops in split.train[s] for s, ops in rows)
-    sampler = create_rl_sampler(OmegaConf.create({"shuffle": True, "seed": seed}), rows)
-    loader = StatefulDataLoader(range(len(rows)), batch_size=BATCH_PROMPTS, drop_last=True, sampler=sampler)
-    batches: list[list[tuple[str, tuple]]] = []
+    sampler = create_rl_sampler(OmegaConf.create({"shuffle": True, "seed": seed}), list(range(n_rows)))
+    loader = StatefulDataLoader(range(n_rows), batch_size=BATCH_PROMPTS, drop_last=True, sampler=sampler)
+    batches: list[list[int]] = []
     while len(batches) < steps:
-        batches += [[rows[i] for i in batch.tolist()] for batch in loader]
+        batches += [batch.tolist() for batch in loader]
     return batches[:steps]
 
 
-def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None) -> dict:
-    """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss)."""
+def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None,
+                     prompts_per_step: list | None = None) -> dict:
+    """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss).
+    ``prompts_per_step``: each step's (data source, operands), given (``search.py``: precomputed, no verl) instead of drawn
+    by :func:`step_prompts` (``steps`` and ``sources`` are then unused)."""
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    dev = next(model.parameters()).device
     log = []
-    for step, prompts in enumerate(step_prompts(seed, steps, sources), start=1):
+    for step, prompts in enumerate(step_prompts(seed, steps, sources) if prompts_per_step is None
+                                          else prompts_per_step, start=1):
         texts = [reason.prompt_text(s, ops) for s, ops in prompts for _ in range(ROLLOUT_N)]
         truth = [str(reason.answer(ops)) for _, ops in prompts for _ in range(ROLLOUT_N)]
         model.eval()
@@ -72,7 +86,8 @@ def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[
                 starts.append(len(prompt_ids))
             ids, att, pos, labels = _batchify(seqs, tok.pad_token_id, starts)
             model.train()
-            loss = model(input_ids=ids, attention_mask=att, position_ids=pos, labels=labels).loss
+            loss = model(input_ids=ids.to(dev), attention_mask=att.to(dev), position_ids=pos.to(dev),
+                         labels=labels.to(dev)).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)

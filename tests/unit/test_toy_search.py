@@ -1,0 +1,158 @@
+"""The reasoning toy's design search (``verl_ext/toy/designs.py``, ``verl_ext/toy/search.py``): the default recipe
+untouched, each design's prompts and solutions, the precomputed control prompts equal to verl's, and a search unit
+that runs without verl (the lent machines have none)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_ext.toy import build, designs, reason, search
+from verl_ext.toy import reason_reward as reward
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_default_recipe_is_unchanged():
+    """chain6 at h64l2 with the default recipe is today's toy: its fingerprint still names the packaged weights, and
+    the search's cell draws today's split and warm-up examples."""
+    weights, record = build.shipped_weights()
+    assert record["fingerprint"] == build._fingerprint() == "c65dfcf2a4"
+    split = designs.split_for("chain6")
+    assert split == reason.split_problems()
+    assert designs.warmup_examples(designs.DESIGNS["chain6"], split) == build.reason_warmup_examples(split)
+    cell = search.parse_cell("chain6/h64l2")
+    assert cell.model_kw == build._model.MODEL_KW and cell.recipe == build.REASON_SFT
+    assert cell.n_params() == record["n_params"]
+    assert reason.make_rows(split=split) == reason.make_rows()
+
+
+def _ops_ok(name: str, ops: tuple[int, ...]) -> bool:
+    two = sum(x >= 10 for x in ops)
+    return {"chain6": len(ops) == 6 and two == 0, "chain6_seen": len(ops) == 6 and two == 0,
+            "twodigit": len(ops) in (3, 4) and two >= 2 and max(ops) < 100,
+            "twodigit3": len(ops) == 3 and two == 3 and max(ops) < 100}[name]
+
+
+@pytest.mark.parametrize("name", list(designs.DESIGNS))
+def test_each_design_prompts_and_solutions(name):
+    design = designs.DESIGNS[name]
+    split = designs.split_for(design)
+    default = reason.split_problems()
+    hard = design.source
+    assert list(split.val) == [reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG, hard]
+    for s in (reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG):  # the easy families are today's
+        assert split.val[s] == default.val[s] and split.train[s] == default.train[s]
+        assert split.warmup[s] == default.warmup[s]
+    assert len(split.val[hard]) == reason.N_VAL and len(split.train[hard]) == designs.N_TRAIN_HARD
+    assert all(_ops_ok(name, o) for o in split.val[hard] + split.train[hard])
+    held_out = set(split.val[hard])
+    assert not held_out & set(split.train[hard])
+    if design.warmup_source is not None:  # the warm-up's family never holds a held-out or RL prompt
+        warm = split.warmup[design.warmup_source]
+        assert len(warm) > 500 and not set(warm) & (held_out | set(split.train[hard]))
+    if name in ("chain6", "chain6_seen"):  # the same hard split as today's
+        assert split.val[hard] == default.val[hard] and split.train[hard] == default.train[hard]
+    if name == "twodigit3":
+        assert all(sum(x >= 10 for x in o) == 1 for o in split.warmup[designs.CHAIN2D1])
+    # reference solutions: the step format, graded right; a wrong attempt graded wrong
+    lengths = []
+    for ops in split.val[hard]:
+        sol = reason.solution(hard, ops)
+        assert reward.compute_score(hard, sol, str(sum(ops)))["acc"] == 1.0
+        assert sol.count("=") == len(ops) - 1 and sol.startswith(f"{ops[0]}+{ops[1]}=")
+        wrong = reason.wrong_attempt(hard, ops, __import__("random").Random(0))
+        assert reward.compute_score(hard, wrong, str(sum(ops)))["acc"] == 0.0
+        lengths.append(len(sol) + 1)  # byte tokens + EOS
+    lengths.sort()
+    median = lengths[len(lengths) // 2]
+    assert {"chain6": 28 <= median <= 30, "chain6_seen": 28 <= median <= 30, "twodigit": 20 <= median <= 28,
+            "twodigit3": 20 <= median <= 23}[name], median
+    train, val = reason.make_rows(split=split)
+    assert len(train) == 3000 and sum(r["data_source"] == hard for r in train) == designs.N_TRAIN_HARD
+    assert {r["data_source"] for r in val} == {s + g for s in split.val for g in ("", "@greedy")}
+    # the warm-up: the design's share of its family, the rest as today's
+    recipe = {**build.REASON_SFT, "examples": 4000}
+    shares = search._warmup_shares(designs.warmup_examples(design, split, recipe), split)
+    if design.warmup_share:
+        assert abs(shares[design.warmup_source] - design.warmup_share) < 0.015
+    else:
+        assert set(shares) == {reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG}
+
+
+def test_cell_specs():
+    cell = search.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3")
+    assert cell.design.warmup_share == 0.02 and cell.design.label == "twodigit@0.02"
+    assert cell.model_kw["num_attention_heads"] == 4 and cell.model_kw["num_key_value_heads"] == 2
+    assert cell.model_kw["intermediate_size"] == 256 and cell.recipe["steps"] == 1500 and cell.recipe["lr"] == 2e-3
+    assert "/" not in cell.name
+    for bad in ("twodigit", "nope/h64l2", "chain6/h64", "chain6/h64l2:foo=1", "chain6@0.1/h64l2"):
+        with pytest.raises(ValueError):
+            search.parse_cell(bad)
+
+
+def test_precomputed_prompts_are_the_ones_verl_draws():
+    """The committed file holds, for every hard split, the prompts ``sft_control.step_prompts`` draws with verl's
+    sampler (seed 1 checked here for every pool; the file is what ``--precompute-prompts`` writes)."""
+    from verl_ext.toy import sft_control
+
+    with open(search.PROMPTS_FILE) as f:
+        prompts = json.load(f)
+    assert prompts["steps"] == search.SFT_STEPS and prompts["seeds"] == list(search.SEEDS)
+    assert set(prompts["pools"]) == {d.source for d in designs.DESIGNS.values()}
+    for name in ("chain6", "twodigit", "twodigit3"):
+        design = designs.DESIGNS[name]
+        for pool in search.POOLS:
+            sources = search.pool_sources(design, pool)
+            got = search.control_prompts(prompts, design, pool, 1, search.SFT_STEPS)
+            assert got == sft_control.step_prompts(1, search.SFT_STEPS, sources, design=design)
+            assert all(s == design.source for batch in got for s, _ in batch) == (pool == "hard")
+
+
+def test_criteria():
+    fig = lambda acc, h=0.05, wrong=0.0, n=19, ref=19: {
+        "acc_t1": acc, "acc_group": acc, "entropy_group": h, "all_wrong_groups": wrong, "median_len_group": n,
+        "ref_median_len": ref}
+    step0 = {"toy_chain": fig(0.86), "toy_bag": fig(0.2, h=0.3), "toy_chain2d": fig(0.01, wrong=0.9, n=22, ref=23)}
+    after = {"hard": {"toy_chain": fig(0.83), "toy_bag": fig(0.2), "toy_chain2d": fig(0.15)},
+             "mixture": {"toy_chain": fig(0.84), "toy_bag": fig(0.1), "toy_chain2d": fig(0.1)}}
+    rec = {"hard_source": "toy_chain2d", "seeds": [1, 2], "warmup": {"step0": step0},
+           "controls": {f"{p}-{s}": {"ok": True, "after": after[p]} for p in search.POOLS for s in (1, 2)}}
+    cr = search.criteria(rec)
+    assert cr["a"]["pass"] and cr["a"]["entropy_ratio"] == 6.0
+    assert cr["b"]["pass"] and cr["b"]["hard_gain_mean"] == 0.14
+    assert not cr["c"]["pass"] and cr["c"]["worst"] == -0.1  # toy_bag fell by 0.1
+    step0["toy_chain2d"]["median_len_group"] = 19  # stops early: not a complete attempt
+    assert not search.criteria(rec)["a"]["checks"]["complete_attempts"]
+    rec["controls"].pop("hard-2")
+    assert search.criteria(rec)["b"] is None  # an unfinished control: no verdict
+
+
+def test_a_search_unit_runs_without_verl(tmp_path):
+    """``import verl_ext.toy.search``, a cell's warm-up and one control (tiny: 2 warm-up steps, 1 control step,
+    2 held-out prompts) import none of verl, ray, torchdata, omegaconf: the lent machines have none of them."""
+    code = f"""
+import sys
+from pathlib import Path
+import verl_ext.toy.search as s
+opts = {{"sft_steps": 1, "n_val": 2, "device": "cpu", "warmup_steps": 2}}
+for kind, pool, seed in (("warmup", None, None), ("control", "hard", 2)):
+    s._unit_main(kind, "twodigit/h64l2", pool, seed, {str(tmp_path)!r}, str(s.PROMPTS_FILE), opts,
+                 {str(tmp_path)!r} + f"/{{kind}}.json")
+bad = sorted(m for m in sys.modules if m.split(".")[0] in ("verl", "ray", "torchdata", "omegaconf"))
+assert not bad, bad
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warm = json.loads((tmp_path / "warmup.json").read_text())
+    control = json.loads((tmp_path / "control.json").read_text())
+    assert warm["ok"] and control["ok"], (warm.get("traceback"), control.get("traceback"))
+    assert warm["sft"]["sft_steps"] == 2 and set(warm["step0"]) == {"toy_chain", "toy_bag", "toy_chain2d"}
+    assert warm["step0"]["toy_chain2d"]["group_samples"] == search.GROUP_SAMPLES
+    assert control["steps"] == 1 and control["pool"] == "hard" and control["after"]["toy_chain"]["n"] == 2
