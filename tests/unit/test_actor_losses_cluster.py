@@ -36,7 +36,7 @@ from tests.unit.test_actor_losses import (
     build_engine,
 )
 from verl_ext.algos.registry import EDA_H_BAR_KEY, EDA_H_OLD_KEY
-from verl_ext.trainer.gec_credit import OFF_POLICY_MASK_KEY
+from verl_ext.trainer.gec_advantage import OFF_POLICY_MASK_KEY
 
 RANKS = 2
 LOSSES = ("vanilla", "entropy_grad", "shaped", "mask_injected")
