@@ -428,6 +428,36 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot_control_b(summary: dict, png: str | os.PathLike) -> None:
+    """The size x design figure: each cell's hard-only control, ``toy_chain``'s change against the hard split's gain
+    (seeds: mean and range), with criterion b's region marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for rec in summary["cells"].values():
+        b = (rec.get("criteria") or {}).get("b") or {}
+        if "delta" not in b:
+            continue
+        easy, gain = np.array(b["delta"][reason.DATA_SOURCE_CHAIN]), np.array(b["delta"][rec["hard_source"]])
+        ax.errorbar(gain.mean(), easy.mean(), xerr=[[gain.mean() - gain.min()], [gain.max() - gain.mean()]],
+                    yerr=[[easy.mean() - easy.min()], [easy.max() - easy.mean()]], fmt="o", capsize=3,
+                    label=rec["cell"])
+    ax.axhspan(-DROP_TOL, DROP_TOL, color="green", alpha=0.1)
+    ax.axvline(HARD_GAIN, color="green", ls="--", lw=1)
+    ax.set_xlabel("hard split, sampled accuracy gain (seeds: mean, range)")
+    ax.set_ylabel(f"{reason.DATA_SOURCE_CHAIN}, sampled accuracy change")
+    ax.set_title("Supervised control on the hard split's solutions alone\n"
+                 "criterion b: inside the green band and right of the dashed line")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m verl_ext.toy.search", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -450,11 +480,17 @@ def main(argv=None) -> None:
     ap.add_argument("--precompute-prompts", metavar="FILE", default=None,
                     help="write the controls' prompts (needs verl) and exit")
     ap.add_argument("--table", metavar="SUMMARY", default=None, help="print a summary's table and exit")
+    ap.add_argument("--figure", nargs=2, metavar=("SUMMARY", "PNG"), default=None,
+                    help="draw a summary's size x design figure (the hard-only control) and exit")
     args = ap.parse_args(argv)
     if args.precompute_prompts:
         data = precompute_prompts(args.precompute_prompts, tuple(args.seeds), args.sft_steps)
         print(f"wrote {args.precompute_prompts}: {list(data['pools'])} x {list(POOLS)}, seeds {data['seeds']}, "
               f"{data['steps']} steps ({os.path.getsize(args.precompute_prompts)} bytes)")
+        return
+    if args.figure:
+        with open(args.figure[0]) as f:
+            plot_control_b(json.load(f), args.figure[1])
         return
     if args.table:
         with open(args.table) as f:
