@@ -218,6 +218,11 @@ SHAPED_POLICY_LOSSES: dict[str, str | None] = {
 # bypass_mode (rollout log-probs as π_old, 0.0 on injected tokens, and a rejection mask the shaped term never sees)
 
 
+# verl policy losses that use one advantage per response (the mean over its tokens): a per-token credit option
+# (prefix_advantage=before/zero) would be averaged into it
+PER_RESPONSE_ADVANTAGE_LOSSES = ("geo_mean",)
+
+
 def check_shaped_policy_loss(config: Any) -> None:
     """``injected_loss=shaped`` with a policy loss for which it is right (:data:`SHAPED_POLICY_LOSSES`)."""
     actor = "actor_rollout_ref.actor"
@@ -257,6 +262,13 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
             f"algorithm.gec.prefix_advantage=before with algorithm.adv_estimator={estimator}: its advantage needs more "
             "than the group's rewards (a critic's values), so the advantage of the first attempts' "
             "rewards cannot be recomputed; use prefix_advantage=zero or a group estimator (grpo, rloo, edge_grpo, gepo)")
+    loss_mode = str(config_value(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
+    if gec.prefix_advantage != "after" and loss_mode in PER_RESPONSE_ADVANTAGE_LOSSES:
+        raise ConfigError(
+            f"algorithm.gec.prefix_advantage={gec.prefix_advantage} with actor_rollout_ref.actor.policy_loss."
+            f"loss_mode={loss_mode}: the option gives a corrected response's own first-attempt tokens another "
+            f"advantage than its other tokens, and {loss_mode} averages a response's advantages into one, so the "
+            "option would be averaged away; use prefix_advantage=after or a per-token loss mode (vanilla, …)")
     if gec.injected_loss == "shaped":
         for key, on in (("algorithm.edge_grpo.entropy_grad=true",
                          estimator == "edge_grpo" and ext.edge_grpo.entropy_grad),
@@ -292,8 +304,25 @@ def check_gec_remax(config: Any, ext: ExtAlgorithmConfig) -> None:
             "edge_grpo, gepo) or algorithm.gec.enable=false")
 
 
+def check_token_sum_norm_horizon(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """Dr.GRPO's ``seq-mean-token-sum-norm`` divides by a constant horizon, ``loss_scale_factor`` (null: the width of
+    the response tensor). On verl's v1 trainer responses are jagged and padded per micro-batch, so with null each
+    micro-batch is divided by its own longest response (tests/unit/test_actor_losses_cluster.py); refused there."""
+    actor = "actor_rollout_ref.actor"
+    if (config_value(config, "trainer.use_v1", True)
+            and config_value(config, f"{actor}.loss_agg_mode", "token-mean") == "seq-mean-token-sum-norm"
+            and config_value(config, f"{actor}.loss_scale_factor", None) is None):
+        length = config_value(config, "data.max_response_length", None)
+        raise ConfigError(
+            f"{actor}.loss_agg_mode=seq-mean-token-sum-norm with {actor}.loss_scale_factor=null on the v1 trainer "
+            "(trainer.use_v1=true): verl then divides each micro-batch by the length of its own longest response "
+            "(v1's responses are padded per micro-batch), not by one constant horizon as Dr.GRPO does; set "
+            f"{actor}.loss_scale_factor={length if length is not None else '<data.max_response_length>'} "
+            "(the legacy trainer's horizon) or trainer.use_v1=false")
+
+
 FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay, check_gec_credit_options,
-                              check_gec_remax)
+                              check_gec_remax, check_token_sum_norm_horizon)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

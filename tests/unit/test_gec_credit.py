@@ -323,6 +323,8 @@ def test_nonsensical_gec_settings_are_refused(options, message):
     (["trainer.use_v1=false", "algorithm.adv_estimator=remax", "algorithm.gec.edit_scope=all_wrong_groups",
       "data.train_batch_size=16", "actor_rollout_ref.rollout.agent.num_workers=1"], "adv_estimator=remax"),
     (["trainer.use_v1=false", "algorithm.adv_estimator=remax"], "adv_estimator=remax"),
+    # geo_mean averages a response's advantages into one: a per-token prefix credit would be averaged away
+    (["actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean", "algorithm.gec.prefix_advantage=zero"], "geo_mean"),
 ])
 def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(overrides, message):
     from verl_ext.dry_run import compose_run_config
@@ -391,3 +393,21 @@ def test_the_policy_losses_allowed_with_shaped_are_verls():
     from verl_ext.run_checks import SHAPED_POLICY_LOSSES
 
     assert set(SHAPED_POLICY_LOSSES) <= set(POLICY_LOSS_REGISTRY)
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["trainer.use_v1=true"], True),  # v1: each micro-batch divided by its own longest response
+    (["trainer.use_v1=true", "actor_rollout_ref.actor.loss_scale_factor=64"], False),
+    (["trainer.use_v1=false"], False),  # legacy: the dense response width, a constant
+])
+def test_dr_grpos_horizon_must_be_a_constant_on_v1(overrides, refused):
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_feature_combinations
+
+    config = compose_run_config("toy_cpu", ["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+                                            "algorithm.norm_adv_by_std_in_grpo=false", *overrides])
+    if refused:
+        with pytest.raises(ConfigError, match=r"loss_scale_factor=64 \(the legacy trainer's horizon\)"):
+            validate_feature_combinations(config)
+    else:
+        validate_feature_combinations(config)
