@@ -33,7 +33,8 @@ setup(
     packages=find_packages(include=["verl_ext", "verl_ext.*"]) + ["verl_ext.hydra_configs"],
     package_dir={"verl_ext.hydra_configs": "hydra_configs"},
     package_data={"verl_ext.hydra_configs": ["*.yaml", "*/*.yaml"],  # + config groups in subfolders
-                  "verl_ext.toy": ["weights/*.safetensors", "weights/*.json"]},  # the warmed-up reasoning toy
+                  "verl_ext.toy": ["weights/*.safetensors", "weights/*.json",  # the warmed-up reasoning toy
+                                  "search_prompts.json"]},  # the design search's precomputed prompts
     python_requires=">=3.10",
     install_requires=[
         VERL,
