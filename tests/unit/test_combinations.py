@@ -53,6 +53,7 @@ def test_gec_with_readers_of_rollout_log_probs_is_refused_unless_injected_tokens
 def test_the_supported_combinations_pass():
     validate("algorithm.adv_estimator=gepo", GEC, "algorithm.gepo.base=rloo", "algorithm.norm_adv_by_std_in_grpo=false",
              "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+             "actor_rollout_ref.actor.loss_scale_factor=512",  # v1: a constant horizon must be set (run_checks)
              "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.ppo_epochs=2", "trainer.use_v1=true",
              "trainer.v1.trainer_mode=separate_async", "algorithm.filter_groups.enable=true",
              "algorithm.gepo.ema_init=warmup_pool", "algorithm.gepo.warmup_steps=3",
