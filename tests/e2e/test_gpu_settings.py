@@ -38,6 +38,9 @@ PADDED = ["actor_rollout_ref.model.use_remove_padding=false", "actor_rollout_ref
 
 # wall-clock and memory figures, never equal between two runs
 TIMING = ("timing_s/", "timing_per_token_ms/", "perf/", "time/")
+# verl logs the ranks' token counts before its balancing as well as after: before, they are contiguous slices of the
+# step's rows in the order v1's replay buffer gives them (a set of fresh uuids), so they differ from run to run
+V1_ARRIVAL_ORDER = ("global_seqlen/min", "global_seqlen/max", "global_seqlen/minmax_diff")
 # verl averages these per-micro-batch means over the micro-batches (AggregationType.MEAN, verl/workers/utils/losses.py):
 # they depend on how the mini-batch was cut, so they differ when the micro-batches do (the losses do not)
 PER_MICRO_BATCH_MEANS = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl")
@@ -64,7 +67,8 @@ def test_packed_token_count_micro_batches_match_the_padded_step(run_main, traine
     assert packed["actor/ppo_kl"] != pytest.approx(padded["actor/ppo_kl"], rel=1e-3)
 
     assert packed.keys() == padded.keys()
-    compared = {k for k in padded if k not in PER_MICRO_BATCH_MEANS}
+    compared = {k for k in padded if k not in PER_MICRO_BATCH_MEANS
+                and not (trainer is V1 and k in V1_ARRIVAL_ORDER)}
     assert {"critic/advantages/mean", "critic/advantages/min", "critic/advantages/max", "actor/pg_loss",
             "actor/loss", "actor/grad_norm", "actor/entropy", "edge_grpo/factor_mean", "gepo/H_high",
             "verl_ext/adv_var"} <= compared
