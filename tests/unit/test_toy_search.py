@@ -39,7 +39,7 @@ def _ops_ok(name: str, ops: tuple[int, ...]) -> bool:
             "twodigit3": len(ops) == 3 and two == 3 and max(ops) < 100}[name]
 
 
-@pytest.mark.parametrize("name", list(designs.DESIGNS))
+@pytest.mark.parametrize("name", list(designs.FIXED_DESIGNS))
 def test_each_design_prompts_and_solutions(name):
     design = designs.DESIGNS[name]
     split = designs.split_for(design)
@@ -91,6 +91,10 @@ def test_cell_specs():
     assert cell.model_kw["num_attention_heads"] == 4 and cell.model_kw["num_key_value_heads"] == 2
     assert cell.model_kw["intermediate_size"] == 256 and cell.recipe["steps"] == 1500 and cell.recipe["lr"] == 2e-3
     assert "/" not in cell.name
+    assert cell.rl_lr == 2e-4  # the controls mirror the toy's RL run unless the cell says otherwise
+    slow = search.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3,rl_lr=5e-5")
+    assert slow.rl_lr == 5e-5 and slow.recipe == cell.recipe and slow.warmup_key == cell.warmup_key
+    assert search.parse_cell("twodigit/h128l4:steps=1500,lr=2e-3").warmup_key != cell.warmup_key
     for bad in ("twodigit", "nope/h64l2", "chain6/h64", "chain6/h64l2:foo=1", "chain6@0.1/h64l2"):
         with pytest.raises(ValueError):
             search.parse_cell(bad)
@@ -104,7 +108,7 @@ def test_precomputed_prompts_are_the_ones_verl_draws():
     with open(search.PROMPTS_FILE) as f:
         prompts = json.load(f)
     assert prompts["steps"] == search.SFT_STEPS and prompts["seeds"] == list(search.SEEDS)
-    assert set(prompts["pools"]) == {d.source for d in designs.DESIGNS.values()}
+    assert set(prompts["pools"]) == {d.source for d in designs.FIXED_DESIGNS.values()}
     for name in ("chain6", "twodigit", "twodigit3"):
         design = designs.DESIGNS[name]
         for pool in search.POOLS:
@@ -112,6 +116,48 @@ def test_precomputed_prompts_are_the_ones_verl_draws():
             got = search.control_prompts(prompts, design, pool, 1, search.SFT_STEPS)
             assert got == sft_control.step_prompts(1, search.SFT_STEPS, sources, design=design)
             assert all(s == design.source for batch in got for s, _ in batch) == (pool == "hard")
+
+
+@pytest.mark.parametrize("name", ["chain5_unsolved", "twodigit_unsolved"])
+def test_a_selecting_design_takes_the_unsolved_candidates(name, monkeypatch):
+    """A selecting design's hard split is the candidates the model solves in none of k samples, in order, none of them
+    in the warm-up; the pool is refused before a selection, and a model that solves too many is refused loudly."""
+    design = designs.DESIGNS[name]
+    with pytest.raises(ValueError, match="picks its hard split"):
+        designs.split_for(design)
+    warm = designs.split_for(design, warmup_only=True)
+    candidates = designs.hard_candidates(design)
+    assert len(candidates) == designs.N_CANDIDATES and not set(candidates) & set(warm.warmup[design.source])
+    assert len(warm.warmup[design.source]) > 5000
+    calls = []
+
+    def fake_sample(model, tok, prompts, max_new, temperature, seed):  # right only for operand sums divisible by 3
+        calls.append(len(prompts))
+        sums = [sum(int(x) for x in p.rstrip("=").split("+")) for p in prompts]
+        return [{"text": f"#{t if t % 3 else t + 1}"} for t in sums]
+
+    monkeypatch.setattr("verl_ext.toy.model.sample_responses", fake_sample)
+    chosen = search.select_unsolved(None, None, design, seed=1)
+    unsolved = [o for o in candidates if sum(o) % 3 == 0]
+    want = reason.N_VAL + designs.N_TRAIN_HARD
+    assert chosen["val"] + chosen["train"] == sorted(unsolved[:reason.N_VAL]) + sorted(unsolved[reason.N_VAL:want])
+    # each chunk: one greedy reply per candidate, then k samples of each greedy-wrong one
+    assert calls[0] == search.SELECT_CHUNK and calls[1] == design.unsolved_of * sum(
+        sum(o) % 3 == 0 for o in candidates[:search.SELECT_CHUNK])
+    assert 0.2 < chosen["unsolved_share"] < 0.5
+    split = designs.split_for(design, chosen=chosen)
+    assert split.val[design.source] == chosen["val"] and len(split.train[design.source]) == designs.N_TRAIN_HARD
+    rows = designs.train_rows(design, (design.source,), chosen)
+    with open(search.PROMPTS_FILE) as f:  # verl's order depends on the pool's size alone: a fixed pool's batches
+        prompts = json.load(f)
+    got = search.control_prompts(prompts, design, "hard", 1, search.SFT_STEPS, chosen)
+    assert {o for batch in got for _, o in batch} <= set(chosen["train"]) and len(got) == search.SFT_STEPS
+    assert len(rows) == designs.N_TRAIN_HARD
+    monkeypatch.setattr("verl_ext.toy.model.sample_responses",
+                        lambda model, tok, prompts, *a, **k: [{"text": f"#{sum(map(int, p[:-1].split('+')))}"}
+                                                              for p in prompts])
+    with pytest.raises(ValueError, match="solves this family too well"):
+        search.select_unsolved(None, None, design, seed=1)
 
 
 def test_criteria():
@@ -156,3 +202,33 @@ assert not bad, bad
     assert warm["sft"]["sft_steps"] == 2 and set(warm["step0"]) == {"toy_chain", "toy_bag", "toy_chain2d"}
     assert warm["step0"]["toy_chain2d"]["group_samples"] == search.GROUP_SAMPLES
     assert control["steps"] == 1 and control["pool"] == "hard" and control["after"]["toy_chain"]["n"] == 2
+
+
+def _fake_unit(kind, spec, pool, seed, work, prompts_path, opts, result):
+    """A unit that writes what it was given (forked: it is what the search starts)."""
+    fig = {"acc_t1": 0.5, "acc_group": 0.5, "entropy_group": 0.1, "all_wrong_groups": 0.0, "median_len_group": 19,
+           "ref_median_len": 19}
+    out = {"ok": True, "seconds": 0.1, "spec": spec, "work": work}
+    if kind == "warmup":
+        out["step0"] = {"toy_chain": fig, "toy_bag": fig, "toy_chain2d": fig}
+    else:
+        out["after"] = {"toy_chain": fig, "toy_bag": fig, "toy_chain2d": fig}
+    with open(result, "w") as f:
+        json.dump(out, f)
+
+
+def test_cells_that_differ_in_their_controls_share_one_warm_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "_unit_main", _fake_unit)
+    opts = {"sft_steps": 60, "n_val": None, "device": "cpu", "warmup_steps": None}
+    specs = ["twodigit/h64l2", "twodigit/h64l2:rl_lr=5e-5", "twodigit/h64l2:steps=10"]
+    summary = search.search(specs, tmp_path, 2, opts, str(search.PROMPTS_FILE), 60, None, seeds=(1,), log=lambda m: None)
+    cells = summary["cells"]
+    shared, other = cells["twodigit-h64l2"]["warmup"], cells["twodigit-h64l2-steps=10"]["warmup"]
+    assert shared == cells["twodigit-h64l2-rl_lr=5e-5"]["warmup"]
+    assert shared["shared_with"] == ["twodigit-h64l2", "twodigit-h64l2-rl_lr=5e-5"] and "shared_with" not in other
+    assert other["work"] != shared["work"]
+    for name in ("twodigit-h64l2", "twodigit-h64l2-rl_lr=5e-5"):  # both cells' controls read the shared model
+        controls = cells[name]["controls"]
+        assert set(controls) == {"hard-1", "mixture-1"} and {c["work"] for c in controls.values()} == {shared["work"]}
+        assert cells[name]["criteria"]["b"] is not None
+    assert cells["twodigit-h64l2-rl_lr=5e-5"]["rl_lr"] == 5e-5

@@ -49,6 +49,8 @@ QUICK = {"warmup_steps": 50, "sft_steps": 5, "n_val": 20}
 DEFAULT_SIZES = ("h64l2", "h128l2", "h128l4", "h256l4")
 DEFAULT_CELLS = tuple(f"{d}/{s}" for s in DEFAULT_SIZES for d in designs.DESIGNS)
 RECIPE_KEYS = {"steps": int, "lr": float, "batch": int, "examples": int, "mix_bag": float, "fix": float}
+CONTROL_KEYS = {"rl_lr": float}  # the RL run's learning rate, which the controls mirror (default sft_control.LR)
+SELECT_CHUNK = 500  # candidates tried at once when a design picks its hard split
 EASY, BAG = reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG
 # the criteria's thresholds (issue 39)
 EASY_MIN, ENTROPY_RATIO, HARD_MAX, ALL_WRONG_MIN, LEN_TOL, DROP_TOL, HARD_GAIN = 0.80, 5.0, 0.05, 0.70, 0.10, 0.05, 0.10
@@ -77,6 +79,12 @@ class Cell:
     size: str
     model_kw: dict = field(hash=False)
     recipe: dict = field(hash=False)  # build.REASON_SFT with the spec's overrides
+    rl_lr: float = 2e-4  # the controls' learning rate
+
+    @property
+    def warmup_key(self) -> str:
+        """Cells with the same key share one warm-up (they differ in their controls only)."""
+        return json.dumps([self.design.label, self.size, self.recipe], sort_keys=True)
 
     @property
     def name(self) -> str:
@@ -92,22 +100,25 @@ class Cell:
 
 
 def parse_cell(spec: str, warmup_steps: int | None = None) -> Cell:
-    """``DESIGN[@SHARE]/SIZE[:key=value,...]`` (keys of ``build.REASON_SFT``: steps, lr, batch, examples, ...)."""
+    """``DESIGN[@SHARE]/SIZE[:key=value,...]`` (keys of ``build.REASON_SFT``: steps, lr, batch, examples, ...; and
+    ``rl_lr``, the controls' learning rate)."""
     from .build import REASON_SFT
+    from .sft_control import LR
 
     body, _, over = spec.partition(":")
     design, sep, size = body.partition("/")
     if not sep:
         raise ValueError(f"cell {spec!r}: DESIGN[@SHARE]/SIZE[:key=value,...], e.g. twodigit@0.02/h128l4:steps=1500")
-    recipe = dict(REASON_SFT)
+    recipe, control = dict(REASON_SFT), {"rl_lr": LR}
+    keys = {**RECIPE_KEYS, **CONTROL_KEYS}
     for item in filter(None, over.split(",")):
         key, eq, value = item.partition("=")
-        if key not in RECIPE_KEYS or not eq:
-            raise ValueError(f"cell {spec!r}: {item!r} is not key=value with a key among {list(RECIPE_KEYS)}")
-        recipe[key] = RECIPE_KEYS[key](value)
+        if key not in keys or not eq:
+            raise ValueError(f"cell {spec!r}: {item!r} is not key=value with a key among {list(keys)}")
+        (control if key in CONTROL_KEYS else recipe)[key] = keys[key](value)
     if warmup_steps is not None:
         recipe["steps"] = warmup_steps
-    return Cell(spec, designs.parse_design(design), size, model_kw(size), recipe)
+    return Cell(spec, designs.parse_design(design), size, model_kw(size), recipe, control["rl_lr"])
 
 
 # ---------------------------------------------------------------- the controls' prompts, precomputed with verl
@@ -127,7 +138,7 @@ def precompute_prompts(path: str | os.PathLike, seeds=SEEDS, steps: int = SFT_ST
     from .sft_control import step_indices
 
     out = {"version": 1, "steps": steps, "seeds": list(seeds), "pools": {}}
-    for source, design in {d.source: d for d in designs.DESIGNS.values()}.items():
+    for source, design in {d.source: d for d in designs.FIXED_DESIGNS.values()}.items():
         entry = out["pools"][source] = {}
         for pool in POOLS:
             rows = designs.train_rows(design, pool_sources(design, pool))
@@ -139,15 +150,25 @@ def precompute_prompts(path: str | os.PathLike, seeds=SEEDS, steps: int = SFT_ST
     return out
 
 
-def control_prompts(prompts: dict, design: designs.HardDesign, pool: str, seed: int, steps: int):
-    """The precomputed (data source, operands) of each step of a control, checked against the design's pool."""
-    if design.source not in prompts["pools"]:
+def control_prompts(prompts: dict, design: designs.HardDesign, pool: str, seed: int, steps: int,
+                    chosen: dict | None = None):
+    """The precomputed (data source, operands) of each step of a control, checked against the design's pool.
+
+    A selecting design's pool is known after its warm-up only (``chosen``): verl's sampler order depends on the pool's
+    size alone, so its batches are those of a fixed design's pool of the same size."""
+    if design.unsolved_of:
+        rows = designs.train_rows(design, pool_sources(design, pool), chosen)
+        entry = next((e[pool] for e in prompts["pools"].values() if e[pool]["n_rows"] == len(rows)), None)
+        if entry is None:
+            raise KeyError(f"no precomputed prompts for a pool of {len(rows)} rows: rerun --precompute-prompts")
+    elif design.source not in prompts["pools"]:
         raise KeyError(f"no precomputed prompts for the hard split {design.source!r}: rerun --precompute-prompts")
-    entry = prompts["pools"][design.source][pool]
-    rows = designs.train_rows(design, pool_sources(design, pool))
-    if _rows_sha(rows) != entry["rows_sha256"]:
-        raise ValueError(f"the precomputed prompts of {design.source!r} ({pool}) are for another RL pool: rerun "
-                         "--precompute-prompts")
+    else:
+        entry = prompts["pools"][design.source][pool]
+        rows = designs.train_rows(design, pool_sources(design, pool))
+        if _rows_sha(rows) != entry["rows_sha256"]:
+            raise ValueError(f"the precomputed prompts of {design.source!r} ({pool}) are for another RL pool: rerun "
+                             "--precompute-prompts")
     if str(seed) not in entry["batches"] or steps > prompts["steps"]:
         raise KeyError(f"no precomputed prompts for seed {seed} x {steps} steps: rerun --precompute-prompts")
     return [[tuple(rows[i]) for i in batch] for batch in entry["batches"][str(seed)][:steps]]
@@ -162,8 +183,43 @@ def _tokenizer():
     return build_tokenizer()
 
 
+def select_unsolved(model, tok, design: designs.HardDesign, seed: int) -> dict:
+    """A selecting design's hard split: its candidates in order, kept when the greedy reply is wrong and so is each of
+    ``design.unsolved_of`` T = 1 samples (the held-out figures' budget), until ``N_VAL`` held-out and
+    ``N_TRAIN_HARD`` RL prompts are found. Returns them with the share of candidates kept."""
+    from .build import EVAL_MAX_TOKENS
+    from .model import sample_responses
+
+    k, want_val = design.unsolved_of, reason.N_VAL
+    want = want_val + designs.N_TRAIN_HARD
+    candidates = designs.hard_candidates(design)
+    kept, tried = [], 0
+    def right(ops, text):
+        return reason.final_answer(text) == str(reason.answer(ops))
+
+    while len(kept) < want and tried < len(candidates):
+        chunk = candidates[tried:tried + SELECT_CHUNK]
+        greedy = sample_responses(model, tok, [reason.prompt_text(design.source, o) for o in chunk], EVAL_MAX_TOKENS,
+                                  0.0, seed=0)
+        chunk = [o for o, g in zip(chunk, greedy) if not right(o, g["text"])]
+        prompts = [reason.prompt_text(design.source, o) for o in chunk for _ in range(k)]
+        outs = sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed * 1_000_003 + tried) if chunk \
+            else []
+        kept += [ops for i, ops in enumerate(chunk) if not any(right(ops, o["text"]) for o in outs[i * k:(i + 1) * k])]
+        tried += SELECT_CHUNK
+    if len(kept) < want:
+        raise ValueError(f"{design.name}: only {len(kept)} of {len(candidates)} candidates unsolved in {k} samples "
+                         f"({want} needed): the warm-up solves this family too well for a hard split")
+    tried = min(tried, len(candidates))
+    share = round(len(kept) / tried, 4)
+    kept = kept[:want]
+    return {"val": sorted(kept[:want_val]), "train": sorted(kept[want_val:]), "tried": tried,
+            "unsolved_share": share, "samples": k}
+
+
 def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
-    """Warm the cell's model up from scratch, save it under ``work``, and measure its step-0 figures."""
+    """Warm the cell's model up from scratch, save it under ``work`` (a selecting design's hard split beside it),
+    and measure its step-0 figures."""
     import torch
 
     from . import build
@@ -171,7 +227,7 @@ def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
 
     t0 = time.time()
     tok = _tokenizer()
-    split = designs.split_for(cell.design)
+    split = designs.split_for(cell.design, warmup_only=True)
     examples = designs.warmup_examples(cell.design, split, cell.recipe)
     model = toy_model.create_model(tok, seed=build.SEED, model_kw=cell.model_kw).to(opts["device"])
     sft = toy_model.sft_warmup_steps(model, tok, examples, seed=build.SEED, steps=cell.recipe["steps"],
@@ -180,12 +236,27 @@ def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
     model.to("cpu").save_pretrained(str(model_dir), safe_serialization=True)
     model.to(opts["device"])
     t1 = time.time()
+    selection = None
     with torch.no_grad():
+        if cell.design.unsolved_of:
+            selection = select_unsolved(model, tok, cell.design, build.SEED)
+            _write_json(work / "hard_split.json", selection)
+            split = designs.split_for(cell.design, chosen=selection)
+        t2 = time.time()
         figures = build.reason_step0_figures(model, tok, split, group_samples=GROUP_SAMPLES, n_val=opts["n_val"])
     return {"sft": sft, "n_params": sum(p.numel() for p in model.parameters()),
             "weights_sha256": build.weights_sha256(model_dir), "step0": figures,
-            "warmup_seconds": round(t1 - t0, 1), "figures_seconds": round(time.time() - t1, 1),
-            "warmup_share": _warmup_shares(examples, split)}
+            "warmup_seconds": round(t1 - t0, 1), "figures_seconds": round(time.time() - t2, 1),
+            "warmup_share": _warmup_shares(examples, split),
+            "selection": selection and {k: v for k, v in selection.items() if k not in ("val", "train")}
+            | {"seconds": round(t2 - t1, 1)}}
+
+
+def _chosen(design: designs.HardDesign, warm: Path) -> dict | None:
+    if not design.unsolved_of:
+        return None
+    with open(warm / "hard_split.json") as f:
+        return json.load(f)
 
 
 def _warmup_shares(examples, split) -> dict:
@@ -198,8 +269,9 @@ def _warmup_shares(examples, split) -> dict:
     return {s: round(n / len(examples), 4) for s, n in counts.items()}
 
 
-def run_control(cell: Cell, work: Path, pool: str, seed: int, prompts: dict, opts: dict) -> dict:
-    """The supervised control of one pool and seed on the cell's warmed-up model, and the figures after it."""
+def run_control(cell: Cell, warm: Path, pool: str, seed: int, prompts: dict, opts: dict) -> dict:
+    """The supervised control of one pool and seed on the cell's warmed-up model (in ``warm``), at the cell's
+    ``rl_lr``, and the figures after it."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -208,13 +280,14 @@ def run_control(cell: Cell, work: Path, pool: str, seed: int, prompts: dict, opt
 
     t0 = time.time()
     tok = _tokenizer()
-    model = AutoModelForCausalLM.from_pretrained(str(work / "model"), dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(str(warm / "model"), dtype=torch.float32,
                                                  attn_implementation="sdpa").to(opts["device"])
-    batches = control_prompts(prompts, cell.design, pool, seed, opts["sft_steps"])
-    trained = sft_on_solutions(model, tok, seed, prompts_per_step=batches)
+    chosen = _chosen(cell.design, warm)
+    batches = control_prompts(prompts, cell.design, pool, seed, opts["sft_steps"], chosen)
+    trained = sft_on_solutions(model, tok, seed, prompts_per_step=batches, lr=cell.rl_lr)
     t1 = time.time()
-    figures = build.reason_step0_figures(model, tok, designs.split_for(cell.design), group_samples=GROUP_SAMPLES,
-                                         n_val=opts["n_val"])
+    figures = build.reason_step0_figures(model, tok, designs.split_for(cell.design, chosen=chosen),
+                                         group_samples=GROUP_SAMPLES, n_val=opts["n_val"])
     steps = trained["steps"]
     return {"pool": pool, "seed": seed, "steps": len(steps), "solutions": sum(s["solutions"] for s in steps),
             "acc_before_first_last": [steps[0]["acc_before"], steps[-1]["acc_before"]], "after": figures,
@@ -223,7 +296,8 @@ def run_control(cell: Cell, work: Path, pool: str, seed: int, prompts: dict, opt
 
 def _unit_main(kind: str, spec: str, pool: str | None, seed: int | None, work: str, prompts_path: str | None,
                opts: dict, result: str) -> None:
-    """A unit in its own process: one torch thread; its result (or its error) as JSON at ``result``."""
+    """A unit in its own process: one torch thread; its result (or its error) as JSON at ``result``. ``work``: the
+    warm-up's folder, where the model is written, or read by a control."""
     t0 = time.time()
     try:
         import torch
@@ -317,13 +391,21 @@ def search(specs: list[str], out: Path, jobs: int, opts: dict, prompts_path: str
     for c in cells.values():
         for pool in POOLS:
             for s in seeds:
-                control_prompts(prompts, c.design, pool, s, opts["sft_steps"])
+                if not c.design.unsolved_of:  # a selecting design's pool is known after its warm-up
+                    control_prompts(prompts, c.design, pool, s, opts["sft_steps"])
     records = {name: {"cell": c.spec, "design": c.design.label, "size": c.size, "hard_source": c.design.source,
                       "warmup_source": c.design.warmup_source, "warmup_share": c.design.warmup_share,
-                      "model": c.model_kw, "recipe": c.recipe, "n_params_est": c.n_params(), "seeds": list(seeds),
+                      "unsolved_of": c.design.unsolved_of, "model": c.model_kw, "recipe": c.recipe,
+                      "rl_lr": c.rl_lr, "n_params_est": c.n_params(), "seeds": list(seeds),
                       "opts": opts, "warmup": None, "controls": {}, "errors": [], "unit_seconds": 0.0}
                for name, c in cells.items()}
-    queue = [("warmup", name, None, None) for name in sorted(cells, key=lambda n: -cells[n].n_params())]
+    # one warm-up per warm-up key, run under its first cell's name and shared by the key's other cells
+    sharing: dict[str, list[str]] = {}
+    for name, c in cells.items():
+        sharing.setdefault(c.warmup_key, []).append(name)
+    warm_of = {name: names[0] for names in sharing.values() for name in names}
+    queue = [("warmup", names[0], None, None)
+             for names in sorted(sharing.values(), key=lambda ns: -cells[ns[0]].n_params())]
     running: dict = {}
 
     def save(name=None):
@@ -346,20 +428,22 @@ def search(specs: list[str], out: Path, jobs: int, opts: dict, prompts_path: str
         else:
             res = {"ok": False, "error": error or f"exit code {proc_info['proc'].exitcode}, no result",
                    "seconds": round(time.time() - proc_info["t0"], 1)}
-        rec = records[name]
-        rec["unit_seconds"] = round(rec["unit_seconds"] + res.get("seconds", 0.0), 1)
         label = "warm-up" if kind == "warmup" else f"control {pool} seed {seed}"
-        if not res.get("ok"):
-            rec["errors"].append({"unit": label, "error": res.get("error"), "traceback": res.get("traceback")})
-        if kind == "warmup":
-            rec["warmup"] = res
-            if res.get("ok"):
-                queue.extend(("control", name, p, s) for p in POOLS for s in seeds)
-        else:
-            rec["controls"][f"{pool}-{seed}"] = res
+        owners = sharing[cells[name].warmup_key] if kind == "warmup" else [name]
+        for n in owners:
+            rec = records[n]
+            rec["unit_seconds"] = round(rec["unit_seconds"] + res.get("seconds", 0.0), 1)
+            if not res.get("ok"):
+                rec["errors"].append({"unit": label, "error": res.get("error"), "traceback": res.get("traceback")})
+            if kind == "warmup":
+                rec["warmup"] = dict(res, shared_with=owners) if len(owners) > 1 else res
+                if res.get("ok"):
+                    queue.extend(("control", n, p, s) for p in POOLS for s in seeds)
+            else:
+                rec["controls"][f"{pool}-{seed}"] = res
+            save(n)
         state = "ok" if res.get("ok") else f"FAILED ({res.get('error')})"
         log(f"[{time.time() - t_start:6.0f} s] {name}: {label} {state} in {res.get('seconds')} s")
-        save(name)
 
     save()
     while queue or running:
@@ -368,12 +452,12 @@ def search(specs: list[str], out: Path, jobs: int, opts: dict, prompts_path: str
         while queue and len(running) < jobs and not past_deadline:
             key = queue.pop(0)
             kind, name, pool, seed = key
-            work = out / "work" / name
+            work, warm = out / "work" / name, out / "work" / warm_of[name]
             work.mkdir(parents=True, exist_ok=True)
             result = str(work / (f"{kind}.json" if kind == "warmup" else f"control-{pool}-{seed}.json"))
             if os.path.exists(result):
                 os.remove(result)
-            proc = ctx.Process(target=_unit_main, args=(kind, cells[name].spec, pool, seed, str(work), prompts_path,
+            proc = ctx.Process(target=_unit_main, args=(kind, cells[name].spec, pool, seed, str(warm), prompts_path,
                                                        opts, result), daemon=True)
             proc.start()
             running[key] = {"proc": proc, "t0": time.time(), "result": result}

@@ -62,11 +62,11 @@ def step_indices(seed: int, steps: int, n_rows: int) -> list[list[int]]:
 
 
 def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None,
-                     prompts_per_step: list | None = None) -> dict:
+                     prompts_per_step: list | None = None, lr: float = LR) -> dict:
     """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss).
     ``prompts_per_step``: each step's (data source, operands), given (``search.py``: precomputed, no verl) instead of drawn
-    by :func:`step_prompts` (``steps`` and ``sources`` are then unused)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: another RL run's learning rate."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     dev = next(model.parameters()).device
     log = []
     for step, prompts in enumerate(step_prompts(seed, steps, sources) if prompts_per_step is None
