@@ -50,7 +50,7 @@ DEFAULT_SIZES = ("h64l2", "h128l2", "h128l4", "h256l4")
 DEFAULT_CELLS = tuple(f"{d}/{s}" for s in DEFAULT_SIZES for d in designs.DESIGNS)
 RECIPE_KEYS = {"steps": int, "lr": float, "batch": int, "examples": int, "mix_bag": float, "fix": float}
 EASY, BAG = reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG
-# the criteria's thresholds (issue 39)
+# the criteria's thresholds (docs/toy.md, "Design search")
 EASY_MIN, ENTROPY_RATIO, HARD_MAX, ALL_WRONG_MIN, LEN_TOL, DROP_TOL, HARD_GAIN = 0.80, 5.0, 0.05, 0.70, 0.10, 0.05, 0.10
 
 
