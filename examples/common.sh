@@ -42,7 +42,7 @@ vx_method() {
                                 algorithm.gepo.stats_scope=global) ;;
         gepo_per_source) METHOD_OVERRIDES=(algorithm.adv_estimator=gepo algorithm.gec.enable=false
                                            algorithm.gepo.stats_scope=per_data_source) ;;
-        # one GEC branch alone (issue 26 §1; reflect alone is force_r_eda), and the paper's mix with the injected
+        # one GEC branch alone (reflect alone is force_r_eda), and the paper's mix with the injected
         # tokens out of the loss
         gec_answer) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true algorithm.gec.mode=gec
                                       algorithm.gec.p_reflect=0 algorithm.gec.p_answer=1 algorithm.gec.p_solution=0) ;;

@@ -1,4 +1,4 @@
-"""End to end: a seeded run does not depend on how the `hf` server happens to batch its requests (issue 26 §0).
+"""End to end: a seeded run does not depend on how the `hf` server happens to batch its requests.
 
 Which requests share a batch depends on their arrival times, i.e. on machine load. Two seeded 20-step runs of the
 small default, one closing a batch as soon as the queue stops growing (``batch_window_ms=0``), one waiting 200 ms

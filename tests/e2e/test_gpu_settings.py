@@ -1,4 +1,4 @@
-"""End to end on CPU: the paper presets' GPU settings give the padded run's first step (issue 40 §2).
+"""End to end on CPU: the paper presets' GPU settings give the padded run's first step.
 
 The presets train with packed sequences (``use_remove_padding=true``, verl's default) and token-count micro-batches
 (``use_dynamic_bsz=true``, hydra_configs/parts/gpu.yaml); the toy and the other tests with padded rows and fixed

@@ -1,4 +1,4 @@
-"""The embedded default toy, fully built (issue 19 §1-2): a from-scratch build (the 1000-step warm-up) has the task's
+"""The embedded default toy, fully built: a from-scratch build (the 1000-step warm-up) has the task's
 promised step-0 properties, read from the build's own figures (verl_ext/toy/build.py ``reason_step0_figures``), and
 reproduces the packaged weights bit for bit on a machine with the CPU they were built on."""
 

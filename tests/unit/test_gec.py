@@ -1096,7 +1096,7 @@ def test_the_legacy_driver_stops_a_step_with_unusable_gec_rows(tok, reward_path,
     trainer._check_gec_errors(bad)
 
 
-# ---------------------------------------------------------------- method, not bug (issue 26 §1)
+# ---------------------------------------------------------------- method, not bug: GEC's rows are verl's own
 
 
 class ReplayServer(FakeServer):

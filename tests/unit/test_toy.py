@@ -297,9 +297,9 @@ def test_reason_solutions_and_answers():
 
 @pytest.mark.parametrize("sources", [None, ("toy_chain6",)], ids=["mixture", "toy_chain6"])
 def test_sft_control_draws_the_prompts_verl_gives_the_rl_run(reason_builds, sources):
-    """The supervised control (issue 26 §1) trains on the RL run's prompts, step by step: the rows of the parquet verl
-    reads, in the order of verl's own seeded sampler and training dataloader (the toy's batch, ``drop_last``), and on
-    their reference solutions. Trained on ``toy_chain6`` alone, 60 steps cross an epoch boundary (600 rows: 37 full
+    """The supervised control (GEC's solution branch without RL) trains on the RL run's prompts, step by step: the
+    rows of the parquet verl reads, in the order of verl's own seeded sampler and training dataloader (the toy's batch,
+    ``drop_last``), and on their reference solutions. Trained on ``toy_chain6`` alone, 60 steps cross an epoch boundary (600 rows: 37 full
     batches an epoch)."""
     from omegaconf import OmegaConf
     from torchdata.stateful_dataloader import StatefulDataLoader

@@ -52,7 +52,7 @@ RECIPE_KEYS = {"steps": int, "lr": float, "batch": int, "examples": int, "mix_ba
 CONTROL_KEYS = {"rl_lr": float}  # the RL run's learning rate, which the controls mirror (default sft_control.LR)
 SELECT_CHUNK = 500  # candidates tried at once when a design picks its hard split
 EASY, BAG = reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG
-# the criteria's thresholds (issue 39)
+# the criteria's thresholds (docs/toy.md, "Design search")
 EASY_MIN, ENTROPY_RATIO, HARD_MAX, ALL_WRONG_MIN, LEN_TOL, DROP_TOL, HARD_GAIN = 0.80, 5.0, 0.05, 0.70, 0.10, 0.05, 0.10
 
 

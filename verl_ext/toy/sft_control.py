@@ -1,4 +1,4 @@
-"""``python -m verl_ext.toy.sft_control``: GEC's solution branch as plain supervised learning (issue 26 §1).
+"""``python -m verl_ext.toy.sft_control``: GEC's solution branch as plain supervised learning.
 
 Separates "the tokens" from "the credit": the solution-only GEC run (``METHOD=gec_solution``: every wrong training
 response is replaced by the prompt's reference solution + EOS and trained with its corrected reward) is mirrored by
