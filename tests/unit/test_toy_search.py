@@ -95,7 +95,11 @@ def test_cell_specs():
     slow = search.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3,rl_lr=5e-5")
     assert slow.rl_lr == 5e-5 and slow.recipe == cell.recipe and slow.warmup_key == cell.warmup_key
     assert search.parse_cell("twodigit/h128l4:steps=1500,lr=2e-3").warmup_key != cell.warmup_key
-    for bad in ("twodigit", "nope/h64l2", "chain6/h64", "chain6/h64l2:foo=1", "chain6@0.1/h64l2"):
+    strict = search.parse_cell("chain5_unsolved@0.05/h128l2:unsolved_of=32,rl_lr=3e-5")
+    assert strict.design.unsolved_of == 32 and strict.design.label == "chain5_unsolved@0.05(k=32)"
+    assert strict.warmup_key != search.parse_cell("chain5_unsolved@0.05/h128l2").warmup_key  # its own selection
+    for bad in ("twodigit", "nope/h64l2", "chain6/h64", "chain6/h64l2:foo=1", "chain6@0.1/h64l2",
+                "chain6/h64l2:unsolved_of=8", "chain5_unsolved/h64l2:unsolved_of=0"):
         with pytest.raises(ValueError):
             search.parse_cell(bad)
 

@@ -56,8 +56,10 @@ class HardDesign:
     @property
     def label(self) -> str:
         """The name, with the share when it is not the design's default (``twodigit@0.02``)."""
-        default = DESIGNS[self.name].warmup_share if self.name in DESIGNS else None
-        return self.name if self.warmup_share == default else f"{self.name}@{self.warmup_share:g}"
+        default = DESIGNS.get(self.name)
+        label = self.name if default and self.warmup_share == default.warmup_share else \
+            f"{self.name}@{self.warmup_share:g}"
+        return label if not default or self.unsolved_of == default.unsolved_of else f"{label}(k={self.unsolved_of})"
 
     def with_share(self, share: float) -> HardDesign:
         if self.warmup_source is None and share:
@@ -65,6 +67,13 @@ class HardDesign:
         if not 0.0 <= share < 1.0:
             raise ValueError(f"warm-up share {share} must be in [0, 1)")
         return HardDesign(self.name, self.source, self.warmup_source, share, self.unsolved_of)
+
+    def with_unsolved_of(self, k: int) -> HardDesign:
+        if not self.unsolved_of:
+            raise ValueError(f"design {self.name!r} does not pick its hard split with the model: no k to set")
+        if k < 1:
+            raise ValueError(f"unsolved_of={k}: at least one sample")
+        return HardDesign(self.name, self.source, self.warmup_source, self.warmup_share, k)
 
 
 DESIGNS = {d.name: d for d in (

@@ -50,6 +50,7 @@ DEFAULT_SIZES = ("h64l2", "h128l2", "h128l4", "h256l4")
 DEFAULT_CELLS = tuple(f"{d}/{s}" for s in DEFAULT_SIZES for d in designs.DESIGNS)
 RECIPE_KEYS = {"steps": int, "lr": float, "batch": int, "examples": int, "mix_bag": float, "fix": float}
 CONTROL_KEYS = {"rl_lr": float}  # the RL run's learning rate, which the controls mirror (default sft_control.LR)
+DESIGN_KEYS = {"unsolved_of": int}  # a selecting design's samples per candidate
 SELECT_CHUNK = 500  # candidates tried at once when a design picks its hard split
 EASY, BAG = reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG
 # the criteria's thresholds (docs/toy.md, "Design search")
@@ -101,7 +102,7 @@ class Cell:
 
 def parse_cell(spec: str, warmup_steps: int | None = None) -> Cell:
     """``DESIGN[@SHARE]/SIZE[:key=value,...]`` (keys of ``build.REASON_SFT``: steps, lr, batch, examples, ...; and
-    ``rl_lr``, the controls' learning rate)."""
+    ``rl_lr``, the controls' learning rate; ``unsolved_of``, a selecting design's samples per candidate)."""
     from .build import REASON_SFT
     from .sft_control import LR
 
@@ -109,16 +110,19 @@ def parse_cell(spec: str, warmup_steps: int | None = None) -> Cell:
     design, sep, size = body.partition("/")
     if not sep:
         raise ValueError(f"cell {spec!r}: DESIGN[@SHARE]/SIZE[:key=value,...], e.g. twodigit@0.02/h128l4:steps=1500")
-    recipe, control = dict(REASON_SFT), {"rl_lr": LR}
-    keys = {**RECIPE_KEYS, **CONTROL_KEYS}
+    recipe, control, hard = dict(REASON_SFT), {"rl_lr": LR}, designs.parse_design(design)
+    keys = {**RECIPE_KEYS, **CONTROL_KEYS, **DESIGN_KEYS}
     for item in filter(None, over.split(",")):
         key, eq, value = item.partition("=")
         if key not in keys or not eq:
             raise ValueError(f"cell {spec!r}: {item!r} is not key=value with a key among {list(keys)}")
-        (control if key in CONTROL_KEYS else recipe)[key] = keys[key](value)
+        if key == "unsolved_of":
+            hard = hard.with_unsolved_of(int(value))
+        else:
+            (control if key in CONTROL_KEYS else recipe)[key] = keys[key](value)
     if warmup_steps is not None:
         recipe["steps"] = warmup_steps
-    return Cell(spec, designs.parse_design(design), size, model_kw(size), recipe, control["rl_lr"])
+    return Cell(spec, hard, size, model_kw(size), recipe, control["rl_lr"])
 
 
 # ---------------------------------------------------------------- the controls' prompts, precomputed with verl
