@@ -58,11 +58,14 @@ for seed in $SEEDS; do
     done
 done
 ((${#runs[@]})) || vx_die "no run wrote metrics"
-if [[ " $* " != *" +toy="* ]]; then  # the figures are the reasoning task's
+toy_task=reason
+for arg in "$@"; do [[ "$arg" != +toy=* ]] || toy_task="${arg#+toy=}"; done
+if [[ "$toy_task" != add ]]; then  # the figures are the reasoning tasks'
     for d in "${runs[@]}"; do
         latest="$d/checkpoints/latest_checkpointed_iteration.txt"
         [[ -e "$latest" ]] || continue
-        "$PYTHON" -m verl_ext.toy --figures "$d/checkpoints/global_step_$(cat "$latest")" --json | tail -n 1 \
+        "$PYTHON" -m verl_ext.toy --task "$toy_task" --figures "$d/checkpoints/global_step_$(cat "$latest")" --json \
+            | tail -n 1 \
             > "$d/end_figures.json" || echo "$(basename "$0"): no figures for $d" >&2
     done
 fi

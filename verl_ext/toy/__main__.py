@@ -1,4 +1,4 @@
-"""``python -m verl_ext.toy [--task reason|add] [--force] [--from-scratch [--ship]] [--cache-dir DIR]``: build (or
+"""``python -m verl_ext.toy [--task reason|chain5_unsolved|add] [--force] [--from-scratch [--ship]] [--cache-dir DIR]``: build (or
 reuse) the toy assets and print their paths, fingerprint, weights hash and step-0 figures.
 
 ``--from-scratch`` runs the reasoning toy's warm-up instead of copying the packaged weights and says whether this
@@ -14,19 +14,22 @@ import json
 from .build import DEFAULT_TASK, TASKS, build_toy_assets, ship_weights, shipped_weights, summarize
 
 
-def print_checkpoint_figures(checkpoint: str, as_json: bool) -> dict:
+def print_checkpoint_figures(checkpoint: str, as_json: bool, task: str = DEFAULT_TASK) -> dict:
     import os
 
     import torch
 
-    from . import reason
-    from .build import reason_step0_figures
+    from .build import REASON_TASKS, reason_split, reason_step0_figures
     from .model import load_checkpoint
+
+    if task not in REASON_TASKS:
+        raise SystemExit(f"--figures measures a reasoning toy's checkpoint: --task one of {list(REASON_TASKS)}")
+    split = reason_split(task, build_toy_assets(task=task, verbose=False).stats)
 
     actor = os.path.join(checkpoint, "actor") if os.path.isdir(os.path.join(checkpoint, "actor")) else checkpoint
     model, tok = load_checkpoint(actor)
     torch.set_num_threads(1)  # the build's figures are measured single-threaded too
-    figures = reason_step0_figures(model, tok, reason.split_problems())
+    figures = reason_step0_figures(model, tok, split)
     for source, f in figures.items():
         print(f"{source}: " + " ".join(f"{k}={v}" for k, v in f.items()))
     if as_json:
@@ -47,7 +50,7 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true", help="print the stats manifest (or the figures) as JSON too")
     args = ap.parse_args(argv)
     if args.figures:
-        print_checkpoint_figures(args.figures, args.json)
+        print_checkpoint_figures(args.figures, args.json, args.task)
         return
     if args.ship and not args.from_scratch:
         ap.error("--ship needs --from-scratch")

@@ -1,7 +1,8 @@
 """Build (or reuse) the cached toy assets: tiny Qwen2 + tokenizer, RL parquets, reward file.
 
-Two tasks: ``reason`` (the default, ``reason.py``: step-by-step additions with a marked final answer, three data
-sources) and ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). Both builds are
+Three tasks: ``reason`` (the default, ``reason.py``: step-by-step additions with a marked final answer, three data
+sources), ``chain5_unsolved`` (the same task with a hard split the warmed-up model picks: ``REASON_TASKS``,
+``designs.py``) and ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). The builds are
 deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (``reason``; ``add`` keeps
 its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0 figures.
 
@@ -30,14 +31,21 @@ from . import task as _task
 BUILD_VERSION = "2"  # add task -- 2: two- and three-operand prompts, greedy validation rows
 REASON_VERSION = "1"
 SEED = 0
-TASKS = ("reason", "add")
+# The reasoning tasks: a hard-split design and a model size (``search.parse_cell``'s spec; the warm-up recipe
+# ``REASON_SFT`` unless the spec overrides it). ``reason`` is the first design, hard by an unseen length (chain6);
+# ``chain5_unsolved`` the search's: five-digit chains the warmed-up model does not solve (docs/toy.md).
+REASON_TASKS = {"reason": "chain6/h64l2", "chain5_unsolved": "chain5_unsolved@0.05/h128l2:unsolved_of=32"}
+TASKS = ("reason", "chain5_unsolved", "add")
 DEFAULT_TASK = "reason"
 REWARD_NAME = "compute_score"
+_REASON_REWARD = str(Path(__file__).with_name("reason_reward.py").resolve())
 REWARD_PATHS = {"add": str(Path(__file__).with_name("reward.py").resolve()),
-                "reason": str(Path(__file__).with_name("reason_reward.py").resolve())}
+                **dict.fromkeys(REASON_TASKS, _REASON_REWARD)}
 REWARD_PATH = REWARD_PATHS["add"]
 # each task's data sources: what ``toy.train_sources`` (``train_sources=``) may name
-TASK_SOURCES = {"reason": _reason.DATA_SOURCES, "add": (_task.DATA_SOURCE_ONE, _task.DATA_SOURCE_TWO)}
+TASK_SOURCES = {"reason": _reason.DATA_SOURCES,
+                "chain5_unsolved": (_reason.DATA_SOURCE_CHAIN, _reason.DATA_SOURCE_BAG, "toy_chain5"),
+                "add": (_task.DATA_SOURCE_ONE, _task.DATA_SOURCE_TWO)}
 TRAIN_SOURCES_KEY = "toy.train_sources"
 _MANIFEST = "manifest.json"
 
@@ -68,7 +76,24 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/verl_ext/toy").expanduser()
 
 
+def reason_cell(task: str):
+    """The design, model size and warm-up recipe of a reasoning task (``REASON_TASKS``), as a search cell."""
+    from .search import parse_cell
+
+    return parse_cell(REASON_TASKS[task])
+
+
 def _fingerprint(task: str = DEFAULT_TASK) -> str:
+    if task in REASON_TASKS and task != "reason":
+        from dataclasses import asdict
+
+        from . import designs
+
+        cell = reason_cell(task)
+        spec = {"task": task, "v": REASON_VERSION, "seed": SEED, "model": cell.model_kw, "sft": cell.recipe,
+                "design": asdict(cell.design), "candidates": designs.N_CANDIDATES,
+                "split": [_reason.SPLIT_SEED, _reason.N_VAL, designs.N_TRAIN_HARD, _reason.VAL_SAMPLES]}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     if task == "reason":
         spec = {"task": "reason", "v": REASON_VERSION, "seed": SEED, "model": _model.MODEL_KW, "sft": REASON_SFT,
                 "split": [_reason.SPLIT_SEED, _reason.N_VAL, _reason.N_TRAIN, _reason.VAL_SAMPLES]}
@@ -146,7 +171,8 @@ def ship_weights(assets: ToyAssets) -> Path:
     SHIPPED_DIR.mkdir(exist_ok=True)
     stem = SHIPPED_DIR / f"{stats['task']}-{stats['fingerprint']}"
     shutil.copyfile(Path(assets.model_path) / "model.safetensors", stem.with_suffix(".safetensors"))
-    keep = ("task", "fingerprint", "weights_sha256", "n_params", "vocab_size", "sft", "step0", "cpu")
+    keep = ("task", "fingerprint", "weights_sha256", "n_params", "vocab_size", "sft", "step0", "cpu", "design",
+            "selection", "hard_split")
     with open(stem.with_suffix(".json"), "w") as f:
         json.dump({k: stats[k] for k in keep if k in stats}, f, indent=2)
         f.write("\n")
@@ -238,23 +264,42 @@ def reason_step0_figures(model, tok, split, seed: int = SEED, group_samples: int
     return figures
 
 
-def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False) -> dict:
+def reason_split(task: str, stats: dict | None = None):
+    """A reasoning task's split (``reason.Split``): its design's, with the hard split its build picked (``stats``:
+    the build's manifest or the packaged record, which hold it as ``hard_split``) for a selecting design."""
+    from . import designs
+
+    design = reason_cell(task).design
+    if not design.unsolved_of:
+        return designs.split_for(design)
+    chosen = (stats or {}).get("hard_split")
+    if chosen is None:
+        raise ValueError(f"toy task {task!r}: its hard split is picked by its build; no build record holds it")
+    return designs.split_for(design, chosen=chosen)
+
+
+def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False, task: str = DEFAULT_TASK) -> dict:
     import torch
 
+    from . import designs
+    from .search import select_unsolved
     from .tokenizer import save_tokenizer
 
     t0 = time.time()
     model_dir = out / "model"
     model_dir.mkdir(parents=True)
     tok = save_tokenizer(model_dir)
-    split = _reason.split_problems()
-    shipped = None if from_scratch else shipped_weights("reason")
+    cell = reason_cell(task)
+    design = cell.design
+    shipped = None if from_scratch else shipped_weights(task)
+    extra = {} if task == "reason" else {"design": REASON_TASKS[task]}
     with torch.random.fork_rng(devices=[]):
-        model = _model.create_model(tok, seed=SEED)
+        model = _model.create_model(tok, seed=SEED, model_kw=cell.model_kw)
         if shipped is None:
-            sft = _model.sft_warmup_steps(model, tok, reason_warmup_examples(split), seed=SEED,
-                                          steps=REASON_SFT["steps"], lr=REASON_SFT["lr"],
-                                          batch_size=REASON_SFT["batch"])
+            split = designs.split_for(design, warmup_only=True)
+            sft = _model.sft_warmup_steps(model, tok, designs.warmup_examples(design, split, cell.recipe), seed=SEED,
+                                          steps=cell.recipe["steps"], lr=cell.recipe["lr"],
+                                          batch_size=cell.recipe["batch"])
         model.save_pretrained(str(model_dir), safe_serialization=True)  # config.json (+ the weights, replaced next)
         if shipped is not None:
             shutil.copyfile(shipped[0], model_dir / "model.safetensors")
@@ -267,21 +312,28 @@ def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False) -> 
             n_threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
-                figures = reason_step0_figures(model, tok, split)
+                with torch.no_grad():
+                    if design.unsolved_of:
+                        selection = select_unsolved(model, tok, design, SEED)
+                        extra["hard_split"] = {k: selection[k] for k in ("val", "train")}
+                        extra["selection"] = {k: v for k, v in selection.items() if k not in ("val", "train")}
+                    figures = reason_step0_figures(model, tok, reason_split(task, extra))
             finally:
                 torch.set_num_threads(n_threads)
+        else:
+            extra.update({k: shipped[1][k] for k in ("hard_split", "selection") if k in shipped[1]})
 
-    train_rows, val_rows = _reason.make_rows()
+    train_rows, val_rows = _reason.make_rows(split=reason_split(task, extra))
     _task.write_parquet(train_rows, str(out / "train.parquet"))
     _task.write_parquet(val_rows, str(out / "val.parquet"))
-    n_train = {s: sum(r["data_source"] == s for r in train_rows) for s in _reason.DATA_SOURCES}
+    n_train = {s: sum(r["data_source"] == s for r in train_rows) for s in TASK_SOURCES[task]}
     if shipped is not None:  # the figures and warm-up record of the build that made the packaged weights
         record = shipped[1]
-        return _write_manifest(out, "reason", model, tok, t0, verbose, sft=record["sft"], val_rows=val_rows,
+        return _write_manifest(out, task, model, tok, t0, verbose, sft=record["sft"], val_rows=val_rows,
                                n_train=n_train, step0=record["step0"], weights_source="shipped",
-                               cpu=record.get("cpu"))
-    return _write_manifest(out, "reason", model, tok, t0, verbose, sft=sft, val_rows=val_rows, n_train=n_train,
-                           step0=figures, weights_source="warm-up", cpu=cpu_signature())
+                               cpu=record.get("cpu"), **extra)
+    return _write_manifest(out, task, model, tok, t0, verbose, sft=sft, val_rows=val_rows, n_train=n_train,
+                           step0=figures, weights_source="warm-up", cpu=cpu_signature(), **extra)
 
 
 def _write_manifest(out: Path, task: str, model, tok, t0: float, verbose: bool, sft: dict, val_rows: list,
@@ -307,8 +359,8 @@ def _write_manifest(out: Path, task: str, model, tok, t0: float, verbose: bool, 
 
 
 def _build_into(out: Path, verbose: bool, task: str = "add", from_scratch: bool = False) -> dict:
-    if task == "reason":
-        return _build_reason_into(out, verbose, from_scratch)
+    if task in REASON_TASKS:
+        return _build_reason_into(out, verbose, from_scratch, task)
     import torch
 
     from .tokenizer import save_tokenizer
@@ -403,7 +455,8 @@ def train_parquet_for(assets: ToyAssets, sources: tuple[str, ...] | None) -> str
     task = assets.stats.get("task", "add")
     path = Path(assets.root) / f"train-{'+'.join(sources)}.parquet"
     if not path.is_file():
-        rows, _ = (_reason if task == "reason" else _task).make_rows()
+        rows, _ = _reason.make_rows(split=reason_split(task, assets.stats)) if task in REASON_TASKS \
+            else _task.make_rows()
         kept = [r for r in rows if r["data_source"] in sources]
         tmp = path.with_name(f".{path.name}.{os.getpid()}-{time.time_ns()}")
         try:
@@ -422,7 +475,7 @@ def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = F
     ``cache_dir`` defaults to ``$VERL_EXT_CACHE`` or ``~/.cache/verl_ext/toy``. The assets
     live in a subdirectory named after a fingerprint of the build settings, so changing
     the recipe rebuilds automatically. ``force=True`` rebuilds unconditionally.
-    ``from_scratch=True`` (implies ``force``) warms the ``reason`` model up instead of copying the packaged weights.
+    ``from_scratch=True`` (implies ``force``) warms a reasoning task's model up instead of copying the packaged weights.
     ``train_sources`` (``toy.train_sources`` in the toy config; default None: all the task's data sources) keeps only
     those data sources in ``train_parquet``, the same rows per source as the full pool (:func:`train_parquet_for`);
     ``val_parquet`` always holds every data source.

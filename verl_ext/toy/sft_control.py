@@ -6,7 +6,7 @@ supervised fine-tuning of the same warmed-up model on exactly those solutions, w
 steps, the prompts of the RL run's step (verl's dataloader order: ``RandomSampler`` with a generator seeded by
 ``data.seed``, 16 prompts) each get 8 first attempts from the current model (T = 1, GEC's first-generation budget of
 33 tokens, as a GEC training rollout); every wrong one contributes the prompt's reference solution to the step's
-batch, and the step is one AdamW update with the actor's settings (lr 2e-4, weight decay 0.01, gradient clip 1.0) on
+batch, and the step is one AdamW update with the actor's settings (the task's lr, ``TASK_LR``; weight decay 0.01, clip 1.0) on
 the mean token NLL of those solutions (EOS included). Then the held-out figures, measured as the build measures step
 0 (``build.reason_step0_figures``). If SFT on the correct solutions keeps ``toy_chain`` while the solution branch
 loses it, the cause is the credit the RL step gives, not the tokens.
@@ -28,19 +28,21 @@ FIRST_BUDGET = 33  # the toy's first-generation budget with GEC on (64 - cue - 3
 ROLLOUT_N = 8
 BATCH_PROMPTS = 16
 LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the toy's lr (hydra_configs/toy_cpu.yaml)
+TASK_LR = {"reason": LR, "chain5_unsolved": 3e-5}  # each reasoning toy's RL learning rate (its yaml's optim.lr)
 
 
 def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None,
-                 design=None) -> list[list[tuple[str, tuple]]]:
+                 design=None, chosen: dict | None = None) -> list[list[tuple[str, tuple]]]:
     """The (data source, operands) of each step's prompts, as verl's legacy trainer draws the RL pool
     (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does; ``design``: a
-    hard-split design's pool, ``designs.py``, default today's): :func:`step_indices` over those rows."""
+    hard-split design's pool, ``designs.py``, default today's; ``chosen``: a selecting design's hard split):
+    :func:`step_indices` over those rows."""
     from . import designs
 
     design = designs.parse_design(design or designs.DEFAULT_DESIGN) if not isinstance(design, designs.HardDesign) \
         else design
-    split = designs.split_for(design)
-    rows = designs.train_rows(design, sources)
+    split = designs.split_for(design, chosen=chosen)
+    rows = designs.train_rows(design, sources, chosen)
     assert all(ops in split.train[s] for s, ops in rows)
     return [[rows[i] for i in batch] for batch in step_indices(seed, steps, len(rows))]
 
@@ -62,15 +64,20 @@ def step_indices(seed: int, steps: int, n_rows: int) -> list[list[int]]:
 
 
 def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None,
-                     prompts_per_step: list | None = None, lr: float = LR) -> dict:
+                     prompts_per_step: list | None = None, lr: float = LR, task: str = "reason",
+                     chosen: dict | None = None) -> dict:
     """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss).
     ``prompts_per_step``: each step's (data source, operands), given (``search.py``: precomputed, no verl) instead of drawn
-    by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: another RL run's learning rate."""
+    by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: another RL run's learning rate;
+    ``task``: another reasoning toy's RL pool (``chosen``: its picked hard split)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     dev = next(model.parameters()).device
     log = []
-    for step, prompts in enumerate(step_prompts(seed, steps, sources) if prompts_per_step is None
-                                          else prompts_per_step, start=1):
+    if prompts_per_step is None:
+        from .build import reason_cell
+
+        prompts_per_step = step_prompts(seed, steps, sources, reason_cell(task).design, chosen)
+    for step, prompts in enumerate(prompts_per_step, start=1):
         texts = [reason.prompt_text(s, ops) for s, ops in prompts for _ in range(ROLLOUT_N)]
         truth = [str(reason.answer(ops)) for _, ops in prompts for _ in range(ROLLOUT_N)]
         model.eval()
@@ -103,22 +110,30 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=1, help="data.seed / rollout.seed of the RL run mirrored (default 1)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--train-sources", nargs="*", default=None, help="as +toy.train_sources (default: all three)")
+    ap.add_argument("--task", default="reason", help="the reasoning toy (+toy=...; default the default toy's)")
+    ap.add_argument("--lr", type=float, default=None, help="the RL run's learning rate (default the task's: "
+                    "TASK_LR)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line at the end")
     args = ap.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .build import build_toy_assets
+    from .build import REASON_TASKS, build_toy_assets, reason_split
 
+    if args.task not in REASON_TASKS:
+        ap.error(f"--task {args.task!r}: one of {list(REASON_TASKS)}")
+    lr = TASK_LR[args.task] if args.lr is None else args.lr
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    assets = build_toy_assets(verbose=False)
+    assets = build_toy_assets(verbose=False, task=args.task)
     model = AutoModelForCausalLM.from_pretrained(assets.model_path, dtype=torch.float32, attn_implementation="sdpa")
     tok = AutoTokenizer.from_pretrained(assets.model_path)
+    split = reason_split(args.task, assets.stats)
     t0 = time.time()
-    before = reason_step0_figures(model, tok, reason.split_problems())
-    trained = sft_on_solutions(model, tok, args.seed, args.steps, tuple(args.train_sources or ()) or None)
-    after = reason_step0_figures(model, tok, reason.split_problems())
-    result = {"seed": args.seed, "steps": args.steps, "before": before, "after": after,
+    before = reason_step0_figures(model, tok, split)
+    trained = sft_on_solutions(model, tok, args.seed, args.steps, tuple(args.train_sources or ()) or None, lr=lr,
+                               task=args.task, chosen=assets.stats.get("hard_split"))
+    after = reason_step0_figures(model, tok, split)
+    result = {"task": args.task, "lr": lr, "seed": args.seed, "steps": args.steps, "before": before, "after": after,
               "solutions": sum(s["solutions"] for s in trained["steps"]), "seconds": round(time.time() - t0, 1),
               "acc_before_first_last": [trained["steps"][0]["acc_before"], trained["steps"][-1]["acc_before"]]}
     for source in before:
