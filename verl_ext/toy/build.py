@@ -317,13 +317,15 @@ def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False, tas
                         selection = select_unsolved(model, tok, design, SEED)
                         extra["hard_split"] = {k: selection[k] for k in ("val", "train")}
                         extra["selection"] = {k: v for k, v in selection.items() if k not in ("val", "train")}
-                    figures = reason_step0_figures(model, tok, reason_split(task, extra))
+                    split = reason_split(task, extra)
+                    figures = reason_step0_figures(model, tok, split)
             finally:
                 torch.set_num_threads(n_threads)
         else:
             extra.update({k: shipped[1][k] for k in ("hard_split", "selection") if k in shipped[1]})
+            split = reason_split(task, extra)
 
-    train_rows, val_rows = _reason.make_rows(split=reason_split(task, extra))
+    train_rows, val_rows = _reason.make_rows(split=split)
     _task.write_parquet(train_rows, str(out / "train.parquet"))
     _task.write_parquet(val_rows, str(out / "val.parquet"))
     n_train = {s: sum(r["data_source"] == s for r in train_rows) for s in TASK_SOURCES[task]}

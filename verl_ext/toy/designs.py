@@ -144,19 +144,8 @@ def split_for(design: HardDesign | str, seed: int = reason.SPLIT_SEED, chosen: d
     A selecting design's hard split is ``chosen`` (``{"val": [...], "train": [...]}`` from ``search.select_unsolved``);
     without it only ``warmup_only=True`` is allowed (its hard val and train then empty)."""
     design = parse_design(design) if isinstance(design, str) else design
-    if design.unsolved_of:
-        if chosen is None and not warmup_only:
-            raise ValueError(f"design {design.name!r} picks its hard split with the warm-up model: pass chosen=")
-        base = reason.split_problems(seed)
-        easy = (reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG)
-        val = {s: base.val[s] for s in easy}
-        train = {s: base.train[s] for s in easy}
-        warmup = {s: base.warmup[s] for s in easy}
-        chosen = chosen or {"val": [], "train": []}
-        val[design.source] = sorted(tuple(o) for o in chosen["val"])
-        train[design.source] = sorted(tuple(o) for o in chosen["train"])
-        warmup[design.source] = sorted(_selecting_pool(design, seed)[N_CANDIDATES:])
-        return reason.Split(val=val, train=train, warmup=warmup)
+    if design.unsolved_of and chosen is None and not warmup_only:
+        raise ValueError(f"design {design.name!r} picks its hard split with the warm-up model: pass chosen=")
     base = reason.split_problems(seed)
     if design.name == "chain6" and design.warmup_share == 0:
         return base
@@ -164,6 +153,12 @@ def split_for(design: HardDesign | str, seed: int = reason.SPLIT_SEED, chosen: d
     val = {s: base.val[s] for s in easy}
     train = {s: base.train[s] for s in easy}
     warmup = {s: base.warmup[s] for s in easy}
+    if design.unsolved_of:
+        chosen = chosen or {"val": [], "train": []}
+        val[design.source] = sorted(tuple(o) for o in chosen["val"])
+        train[design.source] = sorted(tuple(o) for o in chosen["train"])
+        warmup[design.source] = sorted(_selecting_pool(design, seed)[N_CANDIDATES:])
+        return reason.Split(val=val, train=train, warmup=warmup)
     if design.source == reason.DATA_SOURCE_LONG:  # today's six-digit pool, in today's order
         hard = reason._all_problems(seed)[reason.DATA_SOURCE_LONG]
     else:
