@@ -6,8 +6,9 @@ sources), ``chain5_unsolved`` (the same task with a hard split the warmed-up mod
 deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (``reason``; ``add`` keeps
 its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0 figures.
 
-The ``reason`` task's warmed-up weights ship in the package (``weights/reason-<fingerprint>.safetensors``, 364 KB,
-with the record of the build that made them): a build for that fingerprint copies them instead of warming up, so
+The reasoning tasks' warmed-up weights ship in the package (``weights/<task>-<fingerprint>.safetensors``, 364 KB
+for ``reason``, 1.3 MB for ``chain5_unsolved``, with the record of the build that made them and, for a selecting
+design, the hard split it picked): a build for that fingerprint copies them instead of warming up, so
 every machine starts from the same bits, whatever its CPU rounds differently. ``from_scratch=True`` (``python -m
 verl_ext.toy --from-scratch``) runs the warm-up instead; a changed recipe (another fingerprint) always does.
 """

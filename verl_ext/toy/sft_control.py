@@ -28,7 +28,7 @@ FIRST_BUDGET = 33  # the toy's first-generation budget with GEC on (64 - cue - 3
 ROLLOUT_N = 8
 BATCH_PROMPTS = 16
 LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the toy's lr (hydra_configs/toy_cpu.yaml)
-TASK_LR = {"reason": LR, "chain5_unsolved": 3e-5}  # each reasoning toy's RL learning rate (its yaml's optim.lr)
+TASK_LR = {"reason": LR, "chain5_unsolved": 2e-5}  # each reasoning toy's RL learning rate (its yaml's optim.lr)
 
 
 def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None,
