@@ -58,13 +58,13 @@ for seed in $SEEDS; do
     done
 done
 ((${#runs[@]})) || vx_die "no run wrote metrics"
-toy_task=reason
+toy_task=""  # the default toy's, unless +toy=... names another
 for arg in "$@"; do [[ "$arg" != +toy=* ]] || toy_task="${arg#+toy=}"; done
 if [[ "$toy_task" != add ]]; then  # the figures are the reasoning tasks'
     for d in "${runs[@]}"; do
         latest="$d/checkpoints/latest_checkpointed_iteration.txt"
         [[ -e "$latest" ]] || continue
-        "$PYTHON" -m verl_ext.toy --task "$toy_task" --figures "$d/checkpoints/global_step_$(cat "$latest")" --json \
+        "$PYTHON" -m verl_ext.toy ${toy_task:+--task "$toy_task"} --figures "$d/checkpoints/global_step_$(cat "$latest")" --json \
             | tail -n 1 \
             > "$d/end_figures.json" || echo "$(basename "$0"): no figures for $d" >&2
     done

@@ -47,13 +47,13 @@ def test_compare_script_runs_every_method_and_reports_by_method(tmp_path):
         steps = read_metrics(root / f"toy_{method}_seed1" / "metrics.jsonl")
         assert sorted(steps) == [1, 2], method
         last = steps[2]
-        assert any(f"verl_ext/{s}/groups_all_wrong_frac" in last for s in ("toy_chain", "toy_bag", "toy_chain6"))
+        assert any(f"verl_ext/{s}/groups_all_wrong_frac" in last for s in ("toy_chain", "toy_bag", "toy_chain5"))
         assert ("gec/acc_before" in last) == (method in GEC_ON), method
         assert ("gec/count/too_short" in last) == (method in GEC_ON), method
         assert any(k.startswith("val-core/") and "@greedy/acc/" in k for k in last), method  # greedy next to sampled
         # the last checkpoint measured per data source (verl's FSDP checkpoint loaded back as an HF model)
         figures = json.loads((root / f"toy_{method}_seed1" / "end_figures.json").read_text())
-        assert set(figures) == {"toy_chain", "toy_bag", "toy_chain6"}, method
+        assert set(figures) == {"toy_chain", "toy_bag", "toy_chain5"}, method
         assert all(f["n"] == 100 and 0 <= f["acc_t1"] <= 1 and f["median_len"] >= 1 for f in figures.values())
     table = (root / "compare" / "summary.md").read_text()
     by_method = table[table.index("| method"):].splitlines()

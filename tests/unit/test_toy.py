@@ -1,6 +1,7 @@
 """Fast tests for the embedded toy tasks (verl_ext.toy): the first task ("add", one real build, ~8 s) and the
-reasoning task ("reason", the default; built here with a short warm-up: its data, reward and determinism do not
-depend on the warm-up's length; the full build's step-0 figures are checked in tests/e2e/test_toy_build.py)."""
+reasoning tasks: the first one ("chain6", built here with a short warm-up: its data, reward and determinism do not
+depend on the warm-up's length) and the default ("chain5_unsolved", from its packaged weights and picked hard split;
+its from-scratch warm-up and pick are checked in tests/e2e/test_toy_build.py)."""
 
 from __future__ import annotations
 
@@ -229,7 +230,7 @@ def test_default_cache_dir_env(monkeypatch, tmp_path):
     assert str(toy_build.default_cache_dir()).endswith(os.path.join(".cache", "verl_ext", "toy"))
 
 
-# ---------------------------------------------------------------- the reasoning task (the default)
+# ---------------------------------------------------------------- the reasoning tasks (chain6 built here)
 
 from verl_ext.toy import reason as toy_reason  # noqa: E402  (the reasoning task's tests start here)
 
@@ -238,21 +239,23 @@ SHORT_SFT = {"steps": 40, "examples": 400}
 
 @pytest.fixture(scope="module")
 def reason_builds(tmp_path_factory):
-    """Two builds of the reasoning task (short warm-up) into two caches: the second must repeat the first."""
+    """Two builds of the first reasoning task (chain6, short warm-up) into two caches: the second must repeat the
+    first."""
     mp = pytest.MonkeyPatch()
     mp.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, **SHORT_SFT})
     try:
-        a = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_a"), verbose=False)
-        b = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_b"), verbose=False)
+        a = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_a"), verbose=False, task="chain6")
+        b = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_b"), verbose=False, task="chain6")
     finally:
         mp.undo()
     return a, b
 
 
-def test_reason_is_the_default_task(reason_builds):
+def test_the_reasoning_tasks(reason_builds):
     a, _ = reason_builds
-    assert toy_build.DEFAULT_TASK == "reason" and a.stats["task"] == "reason"
-    assert a.reward_path.endswith("reason_reward.py") and os.path.basename(a.root).startswith("toy-reason-")
+    assert toy_build.DEFAULT_TASK == "chain5_unsolved" and a.stats["task"] == "chain6"
+    assert a.reward_path.endswith("reason_reward.py") and os.path.basename(a.root).startswith("toy-chain6-")
+    assert toy_build.REWARD_PATHS["chain5_unsolved"] == a.reward_path
     with pytest.raises(ValueError, match="toy task"):
         build_toy_assets(task="nope")
 
@@ -271,7 +274,7 @@ def test_two_builds_give_identical_weights(reason_builds):
 
 def test_build_prints_fingerprint_and_step0(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, "steps": 2, "examples": 50})
-    assets = build_toy_assets(cache_dir=tmp_path, verbose=True)
+    assets = build_toy_assets(cache_dir=tmp_path, verbose=True, task="chain6")
     out = capsys.readouterr().out
     assert assets.stats["fingerprint"] in out and assets.stats["weights_sha256"][:12] in out
     for source in toy_reason.DATA_SOURCES:
@@ -320,7 +323,7 @@ def test_sft_control_draws_the_prompts_verl_gives_the_rl_run(reason_builds, sour
     while len(expected) < steps:  # verl's fit(): a fresh pass of the dataloader each epoch
         expected += [[rows[i] for i in b.tolist()] for b in loader]
     assert (len(rows) < steps * batch) == (sources is not None)  # the mixture stays in one epoch, toy_chain6 does not
-    assert sft_control.step_prompts(seed, steps, sources) == expected[:steps]
+    assert sft_control.step_prompts(seed, steps, sources, "chain6") == expected[:steps]
     # and trains on the text GEC's solution branch injects for them: extra_info[algorithm.gec.solution_key]
     key = GecConfig().solution_key
     assert all(toy_reason.solution(src, ops) == info[key]
@@ -382,7 +385,8 @@ def test_reason_data(reason_builds):
 
 
 def test_reason_fits_the_toy_config(reason_builds):
-    """Prompts fit data.max_prompt_length and the longest solution + EOS fits GEC's first-generation budget."""
+    """Prompts fit data.max_prompt_length and the longest solution + EOS fits GEC's first-generation budget: the
+    default config's lengths serve both reasoning toys (+toy=chain6 keeps them), so six-digit chains must fit."""
     from omegaconf import OmegaConf
 
     from verl_ext.main import config_dir
@@ -401,11 +405,10 @@ def test_reason_fits_the_toy_config(reason_builds):
     assert cfg.algorithm.gec.cue == toy_reason.CUE and cfg.algorithm.gec.answer_template == toy_reason.ANSWER_TEMPLATE
 
 
-@pytest.mark.parametrize("task", ["reason", "chain5_unsolved"])
+@pytest.mark.parametrize("task", ["chain5_unsolved", "chain6"])
 def test_a_build_copies_the_packaged_weights(tmp_path, task):
     # the reasoning toys' warmed-up weights ship in the package: every machine starts from the same bits, and the
-    # build takes seconds (the from-scratch warm-up is tests/e2e/test_toy_build.py; chain5_unsolved's warm-up and
-    # pick, ~15 min on one core, were checked against the design search's when its weights were shipped)
+    # build takes seconds (the default's from-scratch warm-up and pick are tests/e2e/test_toy_build.py)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from verl_ext.toy import model as toy_model
@@ -425,11 +428,11 @@ def test_a_build_copies_the_packaged_weights(tmp_path, task):
     assert [toy_reason.final_answer(o["text"]) for o in outs] == [str(toy_reason.answer(o)) for o in ops]
     if task != "chain5_unsolved":
         return
-    # a selecting design's hard split is the one its build picked (the record's), held out and trained on as picked
+    # the default's hard split is the one its build picked (the record's), held out and trained on as picked
     picked = record["hard_split"]
-    assert record["selection"]["samples"] == 32 and len(picked["val"]) == toy_reason.N_VAL
+    assert record["selection"]["samples"] == 32
     val = {tuple(r["extra_info"]["operands"]) for r in _rows(assets.val_parquet) if r["data_source"] == "toy_chain5"}
-    assert val == {tuple(o) for o in picked["val"]}
+    assert val == {tuple(o) for o in picked["val"]} and len(val) == toy_reason.N_VAL
     hard = build_toy_assets(cache_dir=tmp_path, verbose=False, task=task, train_sources=["toy_chain5"])
     train = _rows(hard.train_parquet)
     assert {r["data_source"] for r in train} == {"toy_chain5"}
@@ -444,9 +447,9 @@ def test_a_build_copies_the_packaged_weights(tmp_path, task):
 
 @pytest.fixture(scope="module")
 def shipped_cache(tmp_path_factory):
-    """A default build (the packaged weights copied: seconds) in its own cache, for the train_sources tests."""
+    """A chain6 build (the packaged weights copied: seconds) in its own cache, for the train_sources tests."""
     cache = tmp_path_factory.mktemp("sources")
-    return cache, build_toy_assets(cache_dir=cache, verbose=False)
+    return cache, build_toy_assets(cache_dir=cache, verbose=False, task="chain6")
 
 
 def test_train_sources_default_is_the_full_pool(shipped_cache):
@@ -456,11 +459,11 @@ def test_train_sources_default_is_the_full_pool(shipped_cache):
     before = Path(full.train_parquet).read_bytes()
     # no option, or all three sources in any order: the full pool's own file, bit for bit
     for sources in (None, list(toy_reason.DATA_SOURCES), ["toy_chain6", "toy_bag", "toy_chain"]):
-        a = build_toy_assets(cache_dir=cache, verbose=False, train_sources=sources)
+        a = build_toy_assets(cache_dir=cache, verbose=False, task="chain6", train_sources=sources)
         assert a.train_parquet == full.train_parquet and Path(a.train_parquet).read_bytes() == before
     assert _records(full.train_parquet) == _records_of(toy_reason.make_rows()[0])  # today's rows
-    assert toy_build.check_train_sources(None) is None
-    assert toy_build.check_train_sources(list(toy_reason.DATA_SOURCES)) is None
+    assert toy_build.check_train_sources(None, "chain6") is None
+    assert toy_build.check_train_sources(list(toy_reason.DATA_SOURCES), "chain6") is None
 
 
 def _records(path, sources=None) -> str:
@@ -483,7 +486,7 @@ def _records_of(rows) -> str:  # rows as they come back from a parquet
 
 def test_train_sources_hard_split_only(shipped_cache):
     cache, full = shipped_cache
-    hard = build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain6"])
+    hard = build_toy_assets(cache_dir=cache, verbose=False, task="chain6", train_sources=["toy_chain6"])
     assert hard.train_parquet != full.train_parquet and os.path.dirname(hard.train_parquet) == full.root
     assert (hard.model_path, hard.val_parquet, hard.reward_path) == (full.model_path, full.val_parquet, full.reward_path)
     train, pool = _rows(hard.train_parquet), _rows(full.train_parquet)
@@ -495,20 +498,21 @@ def test_train_sources_hard_split_only(shipped_cache):
     val_sources = {r["data_source"] for r in _rows(hard.val_parquet)}
     assert val_sources == {s + g for s in toy_reason.DATA_SOURCES for g in ("", "@greedy")}
     # two sources: both, in the pool's order; written once and reused
-    two = build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain6", "toy_chain"])
+    two = build_toy_assets(cache_dir=cache, verbose=False, task="chain6", train_sources=["toy_chain6", "toy_chain"])
     assert os.path.basename(two.train_parquet) == "train-toy_chain+toy_chain6.parquet"
     assert _records(two.train_parquet) == _records(full.train_parquet, ["toy_chain", "toy_chain6"])
     mtime = os.path.getmtime(two.train_parquet)
-    build_toy_assets(cache_dir=cache, verbose=False, train_sources=["toy_chain", "toy_chain6"])
+    build_toy_assets(cache_dir=cache, verbose=False, task="chain6", train_sources=["toy_chain", "toy_chain6"])
     assert os.path.getmtime(two.train_parquet) == mtime
-    assert toy_build.check_train_sources("toy_bag") == ("toy_bag",)  # one name: a one-item list
+    assert toy_build.check_train_sources("toy_bag", "chain6") == ("toy_bag",)  # one name: a one-item list
 
 
 @pytest.mark.parametrize("bad, match", [
     ([], "at least one data source"),
     (["toy_x"], r"\['toy_x'\] not a data source"),
-    (["toy_chain6", "toy_add"], r"\['toy_add'\] not a data source"),
-    (["toy_chain6", "toy_chain6"], "named twice"),
+    (["toy_chain5", "toy_add"], r"\['toy_add'\] not a data source"),
+    (["toy_chain5", "toy_chain5"], "named twice"),
+    (["toy_chain6"], r"\['toy_chain6'\] not a data source of the toy task 'chain5_unsolved'"),  # +toy=chain6's
     (5, "a list of data sources"),
 ])
 def test_train_sources_refused(bad, match):
@@ -535,14 +539,16 @@ def test_toy_options_checked_at_start_up():
         return c
 
     check_toy_options(cfg(None))  # the default: no toy node
-    check_toy_options(cfg({"train_sources": ["toy_chain6"]}))
+    check_toy_options(cfg({"train_sources": ["toy_chain5"]}))
+    check_toy_options(cfg({"train_sources": ["toy_chain6"]}, "${verl_ext_toy:train_parquet,chain6}"))  # +toy=chain6
     check_toy_options(cfg({"train_sources": ["toy_add"]}, "${verl_ext_toy:train_parquet,add}"))  # +toy=add
     for toy, train_files, match in (
         ({"train_sources": []}, "${verl_ext_toy:train_parquet}", "at least one"),
         ({"train_sources": ["toy_nope"]}, "${verl_ext_toy:train_parquet}", "not a data source"),
-        ({"train_sources": ["toy_chain6"]}, "${verl_ext_toy:train_parquet,add}", "toy task 'add'"),
-        ({"train_source": ["toy_chain6"]}, "${verl_ext_toy:train_parquet}", "not a toy option"),
-        ({"train_sources": ["toy_chain6"]}, "data/train.parquet", "embedded toy's training file"),
+        ({"train_sources": ["toy_chain5"]}, "${verl_ext_toy:train_parquet,add}", "toy task 'add'"),
+        ({"train_sources": ["toy_chain6"]}, "${verl_ext_toy:train_parquet}", "toy task 'chain5_unsolved'"),
+        ({"train_source": ["toy_chain5"]}, "${verl_ext_toy:train_parquet}", "not a toy option"),
+        ({"train_sources": ["toy_chain5"]}, "data/train.parquet", "embedded toy's training file"),
         ("add", "${verl_ext_toy:train_parquet}", "toy="),
     ):
         with pytest.raises(ConfigError, match=match):
@@ -558,8 +564,8 @@ def test_a_build_that_loses_the_rename_race_uses_the_winners(tmp_path, monkeypat
         (into / "model" / "model.safetensors").write_bytes(b"w")
         for name in ("train.parquet", "val.parquet"):
             (into / name).write_bytes(b"p")
-        (into / toy_build._MANIFEST).write_text(json.dumps({"task": "reason", "winner": into.name}))
-        return {"task": "reason"}
+        (into / toy_build._MANIFEST).write_text(json.dumps({"task": "chain6", "winner": into.name}))
+        return {"task": "chain6"}
 
     real_replace = os.replace
 
@@ -572,6 +578,6 @@ def test_a_build_that_loses_the_rename_race_uses_the_winners(tmp_path, monkeypat
 
     monkeypatch.setattr(toy_build, "_build_into", fake_build)
     monkeypatch.setattr(toy_build.os, "replace", replace_after_the_winner)
-    assets = toy_build._build_or_reuse(tmp_path, force=False, verbose=False, task="reason", from_scratch=False)
+    assets = toy_build._build_or_reuse(tmp_path, force=False, verbose=False, task="chain6", from_scratch=False)
     assert not assets.built and assets.stats["winner"].startswith("winner-")
     assert not any(p.name.startswith(".building-") for p in tmp_path.iterdir())  # our build was removed

@@ -238,20 +238,22 @@ def test_cells_that_differ_in_their_controls_share_one_warm_up(tmp_path, monkeyp
     assert cells["twodigit-h64l2-rl_lr=5e-5"]["rl_lr"] == 5e-5
 
 
-def test_the_search_toy_task_is_its_cell():
-    """``+toy=chain5_unsolved``: the build's cell is the search's closest one, its learning rate the yaml's, and
-    ``toy.train_sources`` names its hard split; the default task is untouched."""
+def test_the_default_toy_is_the_searchs_cell():
+    """The default toy (``chain5_unsolved``) is the search's pick, its learning rate the default config's; the first
+    reasoning toy (``chain6``, ``+toy=chain6``) keeps its fingerprint (and so its packaged weights) and its own rate."""
     import yaml
 
     from verl_ext.toy import sft_control
 
+    assert build.DEFAULT_TASK == "chain5_unsolved"
     cell = build.reason_cell("chain5_unsolved")
     assert cell.design.unsolved_of == 32 and cell.design.warmup_share == 0.05 and cell.size == "h128l2"
-    assert build.reason_cell("reason").design == designs.DESIGNS["chain6"]
-    assert build._fingerprint("reason") == "c65dfcf2a4" and build._fingerprint("chain5_unsolved") != "c65dfcf2a4"
-    with open(ROOT / "hydra_configs" / "toy" / "chain5_unsolved.yaml") as f:
-        lr = yaml.safe_load(f)["actor_rollout_ref"]["actor"]["optim"]["lr"]
-    assert float(lr) == sft_control.TASK_LR["chain5_unsolved"]
+    assert build.reason_cell("chain6").design == designs.DESIGNS["chain6"]
+    assert build._fingerprint("chain6") == "c65dfcf2a4" and build._fingerprint("chain5_unsolved") != "c65dfcf2a4"
+    for task, path in (("chain5_unsolved", "toy_cpu.yaml"), ("chain6", "toy/chain6.yaml")):
+        with open(ROOT / "hydra_configs" / path) as f:
+            lr = yaml.safe_load(f)["actor_rollout_ref"]["actor"]["optim"]["lr"]
+        assert float(lr) == sft_control.TASK_LR[task], task
     assert build.check_train_sources(["toy_chain5"], "chain5_unsolved") == ("toy_chain5",)
     with pytest.raises(ValueError, match="picked by its build"):
         build.reason_split("chain5_unsolved", {})

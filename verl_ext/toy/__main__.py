@@ -1,4 +1,4 @@
-"""``python -m verl_ext.toy [--task reason|chain5_unsolved|add] [--force] [--from-scratch [--ship]] [--cache-dir DIR]``: build (or
+"""``python -m verl_ext.toy [--task chain5_unsolved|chain6|add] [--force] [--from-scratch [--ship]] [--cache-dir DIR]``: build (or
 reuse) the toy assets and print their paths, fingerprint, weights hash and step-0 figures.
 
 ``--from-scratch`` runs the reasoning toy's warm-up instead of copying the packaged weights and says whether this

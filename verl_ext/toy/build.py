@@ -1,16 +1,18 @@
 """Build (or reuse) the cached toy assets: tiny Qwen2 + tokenizer, RL parquets, reward file.
 
-Three tasks: ``reason`` (the default, ``reason.py``: step-by-step additions with a marked final answer, three data
-sources), ``chain5_unsolved`` (the same task with a hard split the warmed-up model picks: ``REASON_TASKS``,
-``designs.py``) and ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). The builds are
-deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (``reason``; ``add`` keeps
-its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0 figures.
+Three tasks. Two reasoning tasks (``reason.py``: step-by-step additions with a marked final answer, three data
+sources; ``REASON_TASKS``, ``designs.py``): ``chain5_unsolved``, the default, whose hard split is five-digit chains
+its warmed-up model does not solve, and ``chain6``, the first reasoning toy, whose hard split is six-digit chains the
+warm-up never shows. And ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). The builds
+are deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (the reasoning tasks;
+``add`` keeps its accuracy-target stop), and the manifest records the weights' sha256 next to the build's step-0
+figures.
 
-The reasoning tasks' warmed-up weights ship in the package (``weights/<task>-<fingerprint>.safetensors``, 364 KB
-for ``reason``, 1.3 MB for ``chain5_unsolved``, with the record of the build that made them and, for a selecting
-design, the hard split it picked): a build for that fingerprint copies them instead of warming up, so
-every machine starts from the same bits, whatever its CPU rounds differently. ``from_scratch=True`` (``python -m
-verl_ext.toy --from-scratch``) runs the warm-up instead; a changed recipe (another fingerprint) always does.
+The reasoning tasks' warmed-up weights ship in the package (``weights/<task>-<fingerprint>.safetensors``, 1.3 MB
+for ``chain5_unsolved``, 364 KB for ``chain6``, with the record of the build that made them and, for a selecting
+design, the hard split it picked): a build for that fingerprint copies them instead of warming up, so every machine
+starts from the same bits, whatever its CPU rounds differently. ``from_scratch=True`` (``python -m verl_ext.toy
+--from-scratch``) runs the warm-up (and the pick) instead; a changed recipe (another fingerprint) always does.
 """
 
 from __future__ import annotations
@@ -33,19 +35,20 @@ BUILD_VERSION = "2"  # add task -- 2: two- and three-operand prompts, greedy val
 REASON_VERSION = "1"
 SEED = 0
 # The reasoning tasks: a hard-split design and a model size (``search.parse_cell``'s spec; the warm-up recipe
-# ``REASON_SFT`` unless the spec overrides it). ``reason`` is the first design, hard by an unseen length (chain6);
-# ``chain5_unsolved`` the search's: five-digit chains the warmed-up model does not solve (docs/toy.md).
-REASON_TASKS = {"reason": "chain6/h64l2", "chain5_unsolved": "chain5_unsolved@0.05/h128l2:unsolved_of=32"}
-TASKS = ("reason", "chain5_unsolved", "add")
-DEFAULT_TASK = "reason"
+# ``REASON_SFT`` unless the spec overrides it). ``chain5_unsolved``, the default, is the design search's pick:
+# five-digit chains the warmed-up model does not solve; ``chain6`` the first design, hard by an unseen length
+# (docs/toy.md).
+REASON_TASKS = {"chain5_unsolved": "chain5_unsolved@0.05/h128l2:unsolved_of=32", "chain6": "chain6/h64l2"}
+TASKS = ("chain5_unsolved", "chain6", "add")
+DEFAULT_TASK = "chain5_unsolved"
 REWARD_NAME = "compute_score"
 _REASON_REWARD = str(Path(__file__).with_name("reason_reward.py").resolve())
 REWARD_PATHS = {"add": str(Path(__file__).with_name("reward.py").resolve()),
                 **dict.fromkeys(REASON_TASKS, _REASON_REWARD)}
 REWARD_PATH = REWARD_PATHS["add"]
 # each task's data sources: what ``toy.train_sources`` (``train_sources=``) may name
-TASK_SOURCES = {"reason": _reason.DATA_SOURCES,
-                "chain5_unsolved": (_reason.DATA_SOURCE_CHAIN, _reason.DATA_SOURCE_BAG, "toy_chain5"),
+TASK_SOURCES = {"chain5_unsolved": (_reason.DATA_SOURCE_CHAIN, _reason.DATA_SOURCE_BAG, "toy_chain5"),
+                "chain6": _reason.DATA_SOURCES,
                 "add": (_task.DATA_SOURCE_ONE, _task.DATA_SOURCE_TWO)}
 TRAIN_SOURCES_KEY = "toy.train_sources"
 _MANIFEST = "manifest.json"
@@ -85,7 +88,7 @@ def reason_cell(task: str):
 
 
 def _fingerprint(task: str = DEFAULT_TASK) -> str:
-    if task in REASON_TASKS and task != "reason":
+    if task in REASON_TASKS and task != "chain6":
         from dataclasses import asdict
 
         from . import designs
@@ -95,7 +98,7 @@ def _fingerprint(task: str = DEFAULT_TASK) -> str:
                 "design": asdict(cell.design), "candidates": designs.N_CANDIDATES,
                 "split": [_reason.SPLIT_SEED, _reason.N_VAL, designs.N_TRAIN_HARD, _reason.VAL_SAMPLES]}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    if task == "reason":
+    if task == "chain6":  # "reason", its name when it was the default: kept, so its fingerprint stays c65dfcf2a4
         spec = {"task": "reason", "v": REASON_VERSION, "seed": SEED, "model": _model.MODEL_KW, "sft": REASON_SFT,
                 "split": [_reason.SPLIT_SEED, _reason.N_VAL, _reason.N_TRAIN, _reason.VAL_SAMPLES]}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
@@ -279,10 +282,22 @@ def reason_split(task: str, stats: dict | None = None):
     return designs.split_for(design, chosen=chosen)
 
 
+def warm_up(cell, tok, device: str = "cpu") -> tuple:
+    """A reasoning cell's model (``reason_cell``, ``search.parse_cell``) warmed up from scratch on its design's
+    warm-up examples with its recipe, seeded with ``SEED``: (the model, the warm-up's record)."""
+    from . import designs
+
+    split = designs.split_for(cell.design, warmup_only=True)
+    examples = designs.warmup_examples(cell.design, split, cell.recipe)
+    model = _model.create_model(tok, seed=SEED, model_kw=cell.model_kw).to(device)
+    sft = _model.sft_warmup_steps(model, tok, examples, seed=SEED, steps=cell.recipe["steps"], lr=cell.recipe["lr"],
+                                  batch_size=cell.recipe["batch"])
+    return model, sft
+
+
 def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False, task: str = DEFAULT_TASK) -> dict:
     import torch
 
-    from . import designs
     from .search import select_unsolved
     from .tokenizer import save_tokenizer
 
@@ -293,14 +308,12 @@ def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False, tas
     cell = reason_cell(task)
     design = cell.design
     shipped = None if from_scratch else shipped_weights(task)
-    extra = {} if task == "reason" else {"design": REASON_TASKS[task]}
+    extra = {} if task == "chain6" else {"design": REASON_TASKS[task]}
     with torch.random.fork_rng(devices=[]):
-        model = _model.create_model(tok, seed=SEED, model_kw=cell.model_kw)
         if shipped is None:
-            split = designs.split_for(design, warmup_only=True)
-            sft = _model.sft_warmup_steps(model, tok, designs.warmup_examples(design, split, cell.recipe), seed=SEED,
-                                          steps=cell.recipe["steps"], lr=cell.recipe["lr"],
-                                          batch_size=cell.recipe["batch"])
+            model, sft = warm_up(cell, tok)
+        else:
+            model = _model.create_model(tok, seed=SEED, model_kw=cell.model_kw)
         model.save_pretrained(str(model_dir), safe_serialization=True)  # config.json (+ the weights, replaced next)
         if shipped is not None:
             shutil.copyfile(shipped[0], model_dir / "model.safetensors")
@@ -472,7 +485,7 @@ def train_parquet_for(assets: ToyAssets, sources: tuple[str, ...] | None) -> str
 
 def build_toy_assets(cache_dir: str | os.PathLike | None = None, force: bool = False, verbose: bool = True,
                      task: str = DEFAULT_TASK, from_scratch: bool = False, train_sources=None) -> ToyAssets:
-    """Build the toy assets of ``task`` ("reason", the default, or "add") once and cache them; later calls return
+    """Build the toy assets of ``task`` (``TASKS``: "chain5_unsolved", the default, "chain6" or "add") once and cache them; later calls return
     the cached paths.
 
     ``cache_dir`` defaults to ``$VERL_EXT_CACHE`` or ``~/.cache/verl_ext/toy``. The assets

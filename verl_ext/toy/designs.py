@@ -85,7 +85,6 @@ DESIGNS = {d.name: d for d in (
     HardDesign("twodigit_unsolved", CHAIN2D, CHAIN2D, 0.30, unsolved_of=16),
 )}
 FIXED_DESIGNS = {n: d for n, d in DESIGNS.items() if not d.unsolved_of}  # hard split known before any model
-DEFAULT_DESIGN = "chain6"
 
 
 def parse_design(spec: str) -> HardDesign:

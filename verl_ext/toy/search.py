@@ -187,16 +187,17 @@ def _tokenizer():
     return build_tokenizer()
 
 
-def select_unsolved(model, tok, design: designs.HardDesign, seed: int) -> dict:
+def select_unsolved(model, tok, design: designs.HardDesign, seed: int, limit: int | None = None) -> dict:
     """A selecting design's hard split: its candidates in order, kept when the greedy reply is wrong and so is each of
     ``design.unsolved_of`` T = 1 samples (the held-out figures' budget), until ``N_VAL`` held-out and
-    ``N_TRAIN_HARD`` RL prompts are found. Returns them with the share of candidates kept."""
+    ``N_TRAIN_HARD`` RL prompts are found. Returns them with the share of candidates kept. ``limit``: try only the
+    first ``limit`` candidates (a multiple of ``SELECT_CHUNK``) and return what they give: a check of a pick's start."""
     from .build import EVAL_MAX_TOKENS
     from .model import sample_responses
 
     k, want_val = design.unsolved_of, reason.N_VAL
     want = want_val + designs.N_TRAIN_HARD
-    candidates = designs.hard_candidates(design)
+    candidates = designs.hard_candidates(design)[:limit]
     kept, tried = [], 0
     def right(ops, text):
         return reason.final_answer(text) == str(reason.answer(ops))
@@ -211,7 +212,7 @@ def select_unsolved(model, tok, design: designs.HardDesign, seed: int) -> dict:
             else []
         kept += [ops for i, ops in enumerate(chunk) if not any(right(ops, o["text"]) for o in outs[i * k:(i + 1) * k])]
         tried += SELECT_CHUNK
-    if len(kept) < want:
+    if len(kept) < want and limit is None:
         raise ValueError(f"{design.name}: only {len(kept)} of {len(candidates)} candidates unsolved in {k} samples "
                          f"({want} needed): the warm-up solves this family too well for a hard split")
     tried = min(tried, len(candidates))
@@ -227,15 +228,12 @@ def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
     import torch
 
     from . import build
-    from . import model as toy_model
 
     t0 = time.time()
     tok = _tokenizer()
+    model, sft = build.warm_up(cell, tok, opts["device"])
     split = designs.split_for(cell.design, warmup_only=True)
-    examples = designs.warmup_examples(cell.design, split, cell.recipe)
-    model = toy_model.create_model(tok, seed=build.SEED, model_kw=cell.model_kw).to(opts["device"])
-    sft = toy_model.sft_warmup_steps(model, tok, examples, seed=build.SEED, steps=cell.recipe["steps"],
-                                     lr=cell.recipe["lr"], batch_size=cell.recipe["batch"])
+    examples = designs.warmup_examples(cell.design, split, cell.recipe)  # their shares, for the record
     model_dir = work / "model"
     model.to("cpu").save_pretrained(str(model_dir), safe_serialization=True)
     model.to(opts["device"])

@@ -27,20 +27,20 @@ from .model import _answer_ids, _batchify, _prompt_ids, sample_responses
 FIRST_BUDGET = 33  # the toy's first-generation budget with GEC on (64 - cue - 30 continuation tokens)
 ROLLOUT_N = 8
 BATCH_PROMPTS = 16
-LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the toy's lr (hydra_configs/toy_cpu.yaml)
-TASK_LR = {"reason": LR, "chain5_unsolved": 2e-5}  # each reasoning toy's RL learning rate (its yaml's optim.lr)
+LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the first reasoning toy's lr (chain6)
+# each reasoning toy's RL learning rate: its config's actor.optim.lr (hydra_configs/toy_cpu.yaml, toy/chain6.yaml)
+TASK_LR = {"chain5_unsolved": 2e-5, "chain6": LR}
 
 
-def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None = None,
-                 design=None, chosen: dict | None = None) -> list[list[tuple[str, tuple]]]:
+def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None, design,
+                 chosen: dict | None = None) -> list[list[tuple[str, tuple]]]:
     """The (data source, operands) of each step's prompts, as verl's legacy trainer draws the RL pool
     (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does; ``design``: a
-    hard-split design's pool, ``designs.py``, default today's; ``chosen``: a selecting design's hard split):
-    :func:`step_indices` over those rows."""
+    hard-split design's pool, ``designs.py``, by name or as a ``HardDesign``; ``chosen``: a selecting design's hard
+    split): :func:`step_indices` over those rows."""
     from . import designs
 
-    design = designs.parse_design(design or designs.DEFAULT_DESIGN) if not isinstance(design, designs.HardDesign) \
-        else design
+    design = design if isinstance(design, designs.HardDesign) else designs.parse_design(design)
     split = designs.split_for(design, chosen=chosen)
     rows = designs.train_rows(design, sources, chosen)
     assert all(ops in split.train[s] for s, ops in rows)
@@ -64,19 +64,19 @@ def step_indices(seed: int, steps: int, n_rows: int) -> list[list[int]]:
 
 
 def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None,
-                     prompts_per_step: list | None = None, lr: float = LR, task: str = "reason",
+                     prompts_per_step: list | None = None, lr: float = LR, task: str | None = None,
                      chosen: dict | None = None) -> dict:
     """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss).
     ``prompts_per_step``: each step's (data source, operands), given (``search.py``: precomputed, no verl) instead of drawn
     by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: another RL run's learning rate;
-    ``task``: another reasoning toy's RL pool (``chosen``: its picked hard split)."""
+    ``task``: the reasoning toy whose RL pool is drawn (default the default toy; ``chosen``: its picked hard split)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     dev = next(model.parameters()).device
     log = []
     if prompts_per_step is None:
-        from .build import reason_cell
+        from .build import DEFAULT_TASK, reason_cell
 
-        prompts_per_step = step_prompts(seed, steps, sources, reason_cell(task).design, chosen)
+        prompts_per_step = step_prompts(seed, steps, sources, reason_cell(task or DEFAULT_TASK).design, chosen)
     for step, prompts in enumerate(prompts_per_step, start=1):
         texts = [reason.prompt_text(s, ops) for s, ops in prompts for _ in range(ROLLOUT_N)]
         truth = [str(reason.answer(ops)) for _, ops in prompts for _ in range(ROLLOUT_N)]
@@ -110,15 +110,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=1, help="data.seed / rollout.seed of the RL run mirrored (default 1)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--train-sources", nargs="*", default=None, help="as +toy.train_sources (default: all three)")
-    ap.add_argument("--task", default="reason", help="the reasoning toy (+toy=...; default the default toy's)")
+    ap.add_argument("--task", default=None, help="the reasoning toy (+toy=...; default the default toy)")
     ap.add_argument("--lr", type=float, default=None, help="the RL run's learning rate (default the task's: "
                     "TASK_LR)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line at the end")
     args = ap.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .build import REASON_TASKS, build_toy_assets, reason_split
+    from .build import DEFAULT_TASK, REASON_TASKS, build_toy_assets, reason_split
 
+    args.task = args.task or DEFAULT_TASK
     if args.task not in REASON_TASKS:
         ap.error(f"--task {args.task!r}: one of {list(REASON_TASKS)}")
     lr = TASK_LR[args.task] if args.lr is None else args.lr
