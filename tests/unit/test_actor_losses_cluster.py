@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from functools import partial
 
 import pytest
@@ -27,7 +28,6 @@ from tests.unit.test_actor_losses import (
     R,
     _batch,
     _engine_grads,
-    _free_port,
     _legacy_layout,
     _max_relative_error,
     _official_grads,
@@ -143,12 +143,20 @@ def _loss_fn(loss, config):
 # ---- one two-rank group for every case ----------------------------------------------------------------------------
 
 
-def _rank_main(rank, port, out_path):
+def _rank_main(rank, work, out_path):
+    import faulthandler
+
     import torch.distributed as dist
 
+    # a crash of the process (no Python exception) leaves its stack here, for the fixture's error message
+    fault_log = open(os.path.join(work, f"rank{rank}.fault"), "w")  # noqa: SIM115 (open for the process's life)
+    faulthandler.enable(fault_log)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(RANKS))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
+    # a file rendezvous: a free TCP port picked here could be taken by another test's server (Ray, vLLM on the other
+    # pytest-xdist worker) before rank 0 binds it, and rank 1 would then talk to that server
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(work, 'rendezvous')}", rank=rank,
+                            world_size=RANKS)
     try:
         engine, actor_config, reference = build_engine(use_remove_padding=True)
         results = {}
@@ -225,10 +233,25 @@ def _default_horizon_cases(engine, actor_config, reference, rank):
     return results
 
 
+# a rank killed by a signal (one CI run saw rank 1 die by SIGSEGV; no stack was kept) is respawned once, with its
+# stack in a warning; an exception in a rank fails the tests at once
+SPAWN_TRIES = 2
+
+
 @pytest.fixture(scope="module")
 def cluster_results(tmp_path_factory):
-    out_path = tmp_path_factory.mktemp("cluster") / "results.json"
-    torch.multiprocessing.spawn(_rank_main, args=(_free_port(), str(out_path)), nprocs=RANKS, join=True)
+    for attempt in range(1, SPAWN_TRIES + 1):
+        work = tmp_path_factory.mktemp("cluster")
+        out_path = work / "results.json"
+        try:
+            torch.multiprocessing.spawn(_rank_main, args=(str(work), str(out_path)), nprocs=RANKS, join=True)
+            break
+        except torch.multiprocessing.ProcessExitedException as e:
+            stacks = "\n".join(f"{p.name}:\n{p.read_text()}" for p in sorted(work.glob("rank*.fault")))
+            message = f"the two-rank group failed ({e}); the ranks' fault handlers wrote:\n{stacks}"
+            if e.signal_name is None or attempt == SPAWN_TRIES:
+                raise RuntimeError(message) from e
+            warnings.warn(message + "\nrespawning it once", stacklevel=1)
     with open(out_path) as f:
         return json.load(f)
 

@@ -437,9 +437,6 @@ def test_a_build_copies_the_packaged_weights(tmp_path, task):
     train = _rows(hard.train_parquet)
     assert {r["data_source"] for r in train} == {"toy_chain5"}
     assert sorted(tuple(r["extra_info"]["operands"]) for r in train) == sorted(tuple(o) for o in picked["train"])
-    # its step 0, as the design search chose it (docs/toy.md): the easy family learned, the hard split not solved
-    f = record["step0"]
-    assert f["toy_chain"]["acc_t1"] >= 0.8 and f["toy_chain5"]["acc_t1"] <= 0.05 and f["toy_chain5"]["acc_greedy"] == 0
 
 
 # ---------------------------------------------------------------- toy.train_sources: the hard split only, etc.

@@ -18,11 +18,11 @@ from verl_ext.toy import reason_reward as reward
 ROOT = Path(__file__).parents[2]
 
 
-def test_the_default_recipe_is_unchanged():
-    """chain6 at h64l2 with the default recipe is today's toy: its fingerprint still names the packaged weights, and
-    the search's cell draws today's split and warm-up examples."""
-    weights, record = build.shipped_weights()
-    assert record["fingerprint"] == build._fingerprint() == "c65dfcf2a4"
+def test_the_first_reasoning_toys_recipe_is_unchanged():
+    """chain6 at h64l2 with the default recipe is the first reasoning toy (``+toy=chain6``): its fingerprint still
+    names its packaged weights, and the search's cell draws its split and warm-up examples."""
+    weights, record = build.shipped_weights("chain6")
+    assert record["fingerprint"] == build._fingerprint("chain6") == "c65dfcf2a4"
     split = designs.split_for("chain6")
     assert split == reason.split_problems()
     assert designs.warmup_examples(designs.DESIGNS["chain6"], split) == build.reason_warmup_examples(split)

@@ -430,7 +430,8 @@ def check_train_sources(sources, task: str = DEFAULT_TASK) -> tuple[str, ...] | 
     None for all of them (the default, and a list naming all of them: the default parquet itself).
 
     A single name counts as a one-item list; an empty list, a name that is not one of ``task``'s data sources
-    (``TASK_SOURCES``: the reasoning toy's ``toy_chain``, ``toy_bag``, ``toy_chain6``) or a name given twice is a
+    (``TASK_SOURCES``: the default's ``toy_chain``, ``toy_bag``, ``toy_chain5``; chain6's ``toy_chain6`` last) or a
+    name given twice is a
     ``ConfigError`` naming the key. The validation set is never filtered.
     """
     from verl_ext.config import ConfigError

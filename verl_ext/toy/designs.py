@@ -5,8 +5,8 @@ warm-up prompts. A design replaces the hard split (its held-out and RL prompts, 
 add a family to the warm-up (``warmup_source``, a share ``warmup_share`` of the warm-up examples, written left to
 right as ``toy_chain``'s, a fifth of them a wrong attempt + cue + solution as the others):
 
-* ``chain6``      -- today's toy: six digits left to right (``toy_chain6``), never in the warm-up. Hard by an unseen
-  length: the control.
+* ``chain6``      -- the first reasoning toy (``+toy=chain6``): six digits left to right (``toy_chain6``), never in
+  the warm-up. Hard by an unseen length: the control.
 * ``chain6_seen`` -- the same hard split (the same ``toy_chain6`` prompts), and other six-digit chains in the
   warm-up at a small share, so the model learns to stop by the prompt: hard by the long carry chain at a length the
   warm-up covers.
@@ -26,7 +26,8 @@ hard by whatever the model gets wrong, at a length and format the warm-up covers
   its candidates solved at 329k parameters), so its unsolved ones are the family's rare failures.
 * ``twodigit_unsolved`` -- ``toy_chain2d``'s prompts, 30% of the warm-up.
 
-``split_for(design)`` is ``reason.split_problems()`` itself for ``chain6``, so that design is today's toy, draw for draw.
+``split_for(design)`` is ``reason.split_problems()`` itself for ``chain6``, so that design is the first reasoning toy
+(``+toy=chain6``), draw for draw.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def split_for(design: HardDesign | str, seed: int = reason.SPLIT_SEED, chosen: d
         train[design.source] = sorted(tuple(o) for o in chosen["train"])
         warmup[design.source] = sorted(_selecting_pool(design, seed)[N_CANDIDATES:])
         return reason.Split(val=val, train=train, warmup=warmup)
-    if design.source == reason.DATA_SOURCE_LONG:  # today's six-digit pool, in today's order
+    if design.source == reason.DATA_SOURCE_LONG:  # chain6's six-digit pool, in its order
         hard = reason._all_problems(seed)[reason.DATA_SOURCE_LONG]
     else:
         hard = _pool(design.source, {CHAIN2D: _twodigit, CHAIN2D3: _twodigit3}[design.source], seed)

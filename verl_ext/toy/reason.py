@@ -1,4 +1,4 @@
-"""The embedded default task: additions reasoned out step by step, the final answer after a marker (docs/toy.md).
+"""The reasoning task: additions reasoned out step by step, the final answer after a marker (docs/toy.md).
 
 The papers' setting in miniature: the model writes its steps, then the final answer after ``#`` (the toy's
 ``\\boxed{}``, as GSM8K's ``####``); the reward grades the text after the *last* ``#``. Three data sources:
@@ -7,8 +7,9 @@ The papers' setting in miniature: the model writes its steps, then the final ans
   ``3+4+2+5=`` -> ``3+4=7+2=9+5=14#14`` (one way to solve it: a low-entropy family);
 * ``toy_bag``    -- add a set of 3 or 4 digits in any order: ``{3,4,2,5}=`` -> ``5+2=7+4=11+3=14#14`` or any other
   order (many ways to solve it, as open-ended tasks have: a high-entropy family);
-* ``toy_chain6`` -- six digits left to right: the hard split. The warm-up never shows more than four, so its groups
-  start all-wrong under GRPO (GEC's case).
+* ``toy_chain6`` -- six digits left to right: the hard split of the first reasoning toy (``+toy=chain6``). The
+  warm-up never shows more than four, so its groups start all-wrong under GRPO (GEC's case). The default toy
+  replaces it with a hard split its warmed-up model picks (``designs.py``, ``chain5_unsolved``).
 
 Reflection: ``!`` is the cue (the toy's "Wait!"). A share of the warm-up examples is a wrong attempt (one step's
 result off by 1 or 2, the rest consistent with it), then ``!`` and a correct solution, with the loss on ``!`` and
