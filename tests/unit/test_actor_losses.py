@@ -194,7 +194,12 @@ def test_trainer_installs_the_loss_only_when_asked(monkeypatch, entropy_grad):
 
 # ---- the loss inside verl's FSDP engine: gradient against the hand-written official loss -------------------------
 
-B, P, R, TEMPERATURE = 8, 4, 5, 0.7  # two groups of four; left-padded prompts, right-padded responses
+B, P, R = 8, 4, 5  # two groups of four; left-padded prompts, right-padded responses
+# The toy model is confident on the random batches below: at 0.7 some responses' mean entropy falls to 1e-4, where the
+# 1/H_i(θ) factor turns fp32 cancellation in the entropy into percent-level gradient differences between two correct
+# computations. At 1.5 every response's entropy is above 0.1 on the batches the tests use (checked in _batch).
+TEMPERATURE = 1.5
+MIN_RESPONSE_ENTROPY = 0.05
 
 
 def _free_port() -> int:
@@ -261,6 +266,8 @@ def _batch(reference, seed=0):
     mask = attention[:, P:].float()
     with torch.no_grad():
         log_probs, entropy = _policy(reference, ids, attention, position)
+    h_now = (entropy * mask).sum(-1) / mask.sum(-1)
+    assert h_now.min() > MIN_RESPONSE_ENTROPY, f"ill-conditioned test batch (raise TEMPERATURE): entropies {h_now}"
     grpo_adv = torch.tensor([1.2, -0.4, 0.0, -0.8, 0.9, -0.9, 0.5, -0.5])
     gid = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     old_entropy = entropy * (1 + 0.3 * torch.rand(B, 1, generator=g))  # H(old) != H(θ): it must cancel out
