@@ -63,8 +63,10 @@ def test_packed_token_count_micro_batches_match_the_padded_step(run_main, traine
     assert padded["actor/grad_norm"] > 0 and padded["verl_ext/frac_adv_modified"] > 0 and "gepo/H_low" in padded
     if trainer is LEGACY:
         assert padded["gec/credit/off_policy_token_count"] > 0
-    # the micro-batches were cut differently: verl's mean of per-micro-batch means moved
-    assert packed["actor/ppo_kl"] != pytest.approx(padded["actor/ppo_kl"], rel=1e-3)
+    # the micro-batches were cut differently: verl's mean of per-micro-batch means moved by more than float noise
+    # (it moved 2.5e-4 relative on v1's step with the default toy at lr 2e-5, whose second epoch barely moves the
+    # policy; float noise in the compared keys below stays under 2.6e-5)
+    assert packed["actor/ppo_kl"] != pytest.approx(padded["actor/ppo_kl"], rel=5e-5)
 
     assert packed.keys() == padded.keys()
     compared = {k for k in padded if k not in PER_MICRO_BATCH_MEANS
