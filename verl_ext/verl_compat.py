@@ -245,6 +245,11 @@ def check_agent_loop() -> None:
     # mid-import when the plugin's hook runs this)
 
 
+# gec_agent_loop.GroupFirstAttempts (edit_scope=all_wrong_groups) counts the samples of a group that started in a worker
+GROUP_START_HINT = ("gec_agent's edit_scope=all_wrong_groups expects a worker to start all the samples it runs of a "
+                    "group at once, each as a task")
+
+
 @functools.lru_cache(maxsize=1)
 def check_agent_loop_sample_keys() -> None:
     """GEC's branch draws are independent across the n samples of a uid because verl hands each sample a key of its
@@ -255,6 +260,8 @@ def check_agent_loop_sample_keys() -> None:
 
     require_uses(agent_loop.AgentLoopManager.generate_sequences, ("priority",), "AgentLoopManager.generate_sequences",
                  "gec_agent keys each sample's branch draw on it (legacy trainer)")
+    require_uses(agent_loop.AgentLoopWorker.generate_sequences, ("create_task",), "AgentLoopWorker.generate_sequences",
+                 GROUP_START_HINT)
     try:  # v1's worker; a verl without TransferQueue or the v1 trainer has none (check_v1_trainer refuses v1 there)
         agent_loop_tq = importlib.import_module("verl.trainer.ppo.v1.agent_loop_tq")
     except ImportError:
@@ -265,6 +272,7 @@ def check_agent_loop_sample_keys() -> None:
     require_attrs(worker, "_run_prompt")
     require_uses(worker._run_prompt, ("session_id", "_run_agent_loop"), "AgentLoopWorkerTQ._run_prompt",
                  "gec_agent keys each sample's branch draw on it (v1 trainer)")
+    require_uses(worker._run_prompt, ("create_task",), "AgentLoopWorkerTQ._run_prompt", GROUP_START_HINT)
 
 
 def check_agent_loop_routing() -> None:
