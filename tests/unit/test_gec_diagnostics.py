@@ -101,11 +101,16 @@ class _Actor:
             self.store.rows[key].update({"log_probs": full, "entropy": torch.full_like(full, 0.7)})
         return batch
 
+    def save_model_to_cpu(self, n):  # separate_async keeps pi_old for its later mini-batches
+        pass
 
-def _v1_step(monkeypatch, mask_injected: bool, mismatch: float, verls_own: bool):
+    restore_model_from_cpu = clear_cpu_model = save_model_to_cpu
+
+
+def _v1_step(monkeypatch, mask_injected: bool, mismatch: float, verls_own: bool, mode: str = "sync"):
     """verl's v1 old-log-prob and advantage steps on one GEC group (rollout.calculate_log_probs on, verl's default
-    rollout correction: metrics only): verl_ext's trainer, or verl's own methods on it (``verls_own``).
-    Returns (metrics, the TransferQueue rows)."""
+    rollout correction: metrics only): verl_ext's trainer of v1 ``mode``, or verl's own methods on it
+    (``verls_own``). Returns (metrics, the TransferQueue rows)."""
     store = FakeTransferQueue()
     for module in (trainer_base, v1):
         monkeypatch.setattr(module, "tq", store)
@@ -122,8 +127,10 @@ def _v1_step(monkeypatch, mask_injected: bool, mismatch: float, verls_own: bool)
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     batch = store.kv_batch_put(keys, PARTITION, list_of_dict_to_tensordict(rows), [{"global_steps": 1}] * len(keys))
-    cls = v1.extended_trainer_cls(get_trainer_cls("sync"))
+    base = get_trainer_cls(mode)
+    cls = v1.extended_trainer_cls(base)
     trainer = cls.__new__(cls)
+    trainer.local_trigger_step = 1  # separate_async: a later mini-batch of its sync cycle
     trainer.config = OmegaConf.create({
         "algorithm": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False,
                       "gamma": 1.0, "lam": 1.0, "gec": {"enable": True, "mask_injected": mask_injected},
@@ -135,7 +142,7 @@ def _v1_step(monkeypatch, mask_injected: bool, mismatch: float, verls_own: bool)
     trainer.use_critic = False
     metrics: dict = {}
     if verls_own:
-        batch = trainer_base.PPOTrainer._compute_old_log_prob(trainer, batch, metrics)
+        batch = base._compute_old_log_prob(trainer, batch, metrics)
         trainer_base.PPOTrainer._compute_advantage(trainer, batch, metrics)
     else:
         batch = trainer._compute_old_log_prob(batch, metrics)
@@ -143,12 +150,14 @@ def _v1_step(monkeypatch, mask_injected: bool, mismatch: float, verls_own: bool)
     return metrics, store.rows
 
 
-def test_v1_diagnostics_see_only_sampled_tokens_and_the_loss_inputs_stay_verls(monkeypatch):
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_v1_diagnostics_see_only_sampled_tokens_and_the_loss_inputs_stay_verls(monkeypatch, mode):
     """The engine's log-probs equal the actor's on every sampled token: verl's own step reports a difference of
-    about 1 (the injected tokens' 0.0 read as probability 1), verl_ext's reports 0. What the loss reads
-    (old_log_probs, response_mask, advantages, the engine's rollout log-probs) is the same in both."""
-    verl_metrics, verl_rows = _v1_step(monkeypatch, mask_injected=False, mismatch=0.0, verls_own=True)
-    metrics, rows = _v1_step(monkeypatch, mask_injected=False, mismatch=0.0, verls_own=False)
+    about 1 (the injected tokens' 0.0 read as probability 1), verl_ext's reports 0, in every v1 mode
+    (``separate_async`` scores a later mini-batch with its kept pi_old through its own ``_compute_old_log_prob``).
+    What the loss reads (old_log_probs, response_mask, advantages, the engine's rollout log-probs) is the same."""
+    verl_metrics, verl_rows = _v1_step(monkeypatch, mask_injected=False, mismatch=0.0, verls_own=True, mode=mode)
+    metrics, rows = _v1_step(monkeypatch, mask_injected=False, mismatch=0.0, verls_own=False, mode=mode)
     assert verl_metrics["training/rollout_probs_diff_max"] > 0.7 and verl_metrics["rollout_corr/kl"] > 0.5
     assert metrics["training/rollout_probs_diff_valid"] == 1
     for key in ("training/rollout_probs_diff_max", "training/rollout_probs_diff_mean", "rollout_corr/kl",
