@@ -167,6 +167,10 @@ class GecConfig:
     # term -Â·f(π_θ), f(p) = p/(p+shaping_gamma), no clip (arXiv 2504.14945)
     injected_loss: str = "policy"
     shaping_gamma: float | None = None  # null: LUFFY's 0.1 under injected_loss=shaped; refused under policy
+    # edit_scope=all_wrong_groups: seconds a wrong first attempt waits for the rest of its group's first attempts, past
+    # which it fails (its sample only); null: as long as they run, as verl itself waits for every sample of a group
+    # (verl 0.9.1 puts no time limit on an agent loop's generation or scoring; docs/gec.md "Credit options")
+    group_wait_s: float | None = None
 
     def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
         _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
@@ -187,6 +191,12 @@ class GecConfig:
         _choice(f"{prefix}.edit_scope", self.edit_scope, GEC_EDIT_SCOPES)
         _choice(f"{prefix}.prefix_advantage", self.prefix_advantage, GEC_PREFIX_ADVANTAGES)
         _choice(f"{prefix}.injected_loss", self.injected_loss, GEC_INJECTED_LOSSES)
+        wait = self.group_wait_s
+        _check(wait is None or (isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 < wait < float("inf")),
+               f"{prefix}.group_wait_s", wait, "must be null or a number of seconds > 0")
+        _check(wait is None or self.edit_scope == "all_wrong_groups", f"{prefix}.group_wait_s", wait,
+               f"applies to {prefix}.edit_scope=all_wrong_groups only and would be ignored with "
+               f"edit_scope={self.edit_scope}; remove it or set edit_scope=all_wrong_groups")
         if self.injected_loss != "shaped":
             _check(self.shaping_gamma is None, f"{prefix}.shaping_gamma", self.shaping_gamma,
                    f"applies to {prefix}.injected_loss=shaped only and would be ignored with "

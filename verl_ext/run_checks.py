@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_ext.config import ConfigError, ExtAlgorithmConfig, _check, config_value, load_algorithm_config
+from verl_ext.config import ConfigError, ExtAlgorithmConfig, GecConfig, _check, config_value, load_algorithm_config
 from verl_ext.data_checks import check_gec_data, data_agent_names
 from verl_ext.names import ADV_ESTIMATORS, GEC_AGENT_NAME
 
@@ -44,6 +44,30 @@ def check_gec_reward(config: Any) -> None:
             "any reward.custom_reward_function) cannot be reached, so the first score would come from another scorer "
             "than the final one; use a rule reward (reward.reward_model.enable=false, optionally "
             "reward.custom_reward_function.path), or algorithm.gec.enable=false")
+
+
+# verl 0.9.1's rate_limited reward manager: reward.timeout, 300 s unless set (RateLimitedRewardManager.__init__)
+RATE_LIMITED_REWARD_TIMEOUT_S = 300.0
+
+
+def check_gec_group_wait(config: Any, gec: GecConfig) -> None:
+    """``algorithm.gec.group_wait_s`` against the time limits verl 0.9.1 puts on a sample's first attempt. Its
+    generation has none (``LLMServerClient.generate`` awaits the server without a timeout; the async modes' client
+    resends an aborted request across weight syncs without end) and its scoring none either, except the
+    ``rate_limited`` reward manager's ``reward.timeout`` on each score (GEC scores the first attempt with the same
+    manager): a wait no longer than that could fail a group whose sibling is only being scored."""
+    wait = gec.group_wait_s
+    manager = config_value(config, "reward.reward_manager", {})
+    if wait is None or config_value(manager, "source", "register") != "register" or (
+            config_value(manager, "name", None) != "rate_limited"):
+        return
+    limit = float(config_value(config, "reward.timeout", RATE_LIMITED_REWARD_TIMEOUT_S))
+    if wait <= limit:
+        raise ConfigError(
+            f"algorithm.gec.group_wait_s={wait:g} with reward.reward_manager.name=rate_limited and reward.timeout="
+            f"{limit:g}: a wrong first attempt waits for its siblings' first attempts, and scoring one of them alone "
+            f"may take reward.timeout, so healthy groups would fail; set group_wait_s above {limit:g} or to null (no "
+            "limit, as verl's rollout)")
 
 
 def bypass_mode(config: Any) -> bool:
@@ -145,6 +169,7 @@ def validate_run_config(config: Any) -> ExtAlgorithmConfig:
             "uses the recomputed old_log_probs, as the original does), set algorithm.gec.mask_injected=true (the "
             "injected tokens leave the response mask) or set algorithm.gec.enable=false"
         )
+    check_gec_group_wait(config, gec)
     return ext
 
 

@@ -115,6 +115,29 @@ NO_TRANSFER_QUEUE_HINT = ("verl's v1 trainer (trainer.use_v1=true) needs Transfe
                           "main: pip install 'TransferQueue>=0.1.10', or run with trainer.use_v1=false")
 
 
+ROLLOUT_DIAGNOSTICS_HINT = ("verl_ext hands verl's rollout-vs-actor diagnostics the tokens an engine sampled, "
+                            "without GEC's injected ones")
+
+
+def check_rollout_diagnostics() -> None:
+    """``verl_ext.trainer.rollout_diagnostics``: verl's two rollout-vs-actor diagnostics, run by verl_ext on the
+    response mask less GEC's injected tokens (``compute_offpolicy_metrics`` rebound in its module while verl's rollout
+    correction runs)."""
+    debug_metrics = require_module("verl.utils.debug.metrics")
+    require_attrs(debug_metrics, "calculate_debug_metrics", hint=ROLLOUT_DIAGNOSTICS_HINT)
+    require_uses(debug_metrics.calculate_debug_metrics, ("response_mask", "rollout_log_probs", "old_log_probs"),
+                 "verl.utils.debug.metrics.calculate_debug_metrics", ROLLOUT_DIAGNOSTICS_HINT)
+    helper = require_module("verl.trainer.ppo.rollout_corr_helper")
+    require_attrs(helper, "compute_rollout_correction_and_add_to_batch", "compute_rollout_correction_and_rejection_mask",
+                  "compute_offpolicy_metrics", hint=ROLLOUT_DIAGNOSTICS_HINT)
+    require_uses(helper.compute_rollout_correction_and_add_to_batch, ("compute_rollout_correction_and_rejection_mask",),
+                 "rollout_corr_helper.compute_rollout_correction_and_add_to_batch", ROLLOUT_DIAGNOSTICS_HINT)
+    require_uses(helper.compute_rollout_correction_and_rejection_mask, ("compute_offpolicy_metrics",),
+                 "rollout_corr_helper.compute_rollout_correction_and_rejection_mask", ROLLOUT_DIAGNOSTICS_HINT)
+    require_parameters(helper.compute_offpolicy_metrics, ("old_log_prob", "rollout_log_prob", "response_mask"),
+                       "rollout_corr_helper.compute_offpolicy_metrics", ROLLOUT_DIAGNOSTICS_HINT)
+
+
 def check_legacy_trainer() -> None:
     """``trainer.use_v1=false``: ``verl_ext.trainer.legacy`` and ``ExtTaskRunnerLegacy``."""
     from verl.trainer import main_ppo_v0
@@ -135,6 +158,11 @@ def check_legacy_trainer() -> None:
                                                    "rollout_data_dir"), "RayPPOTrainer._log_rollout_data",
                        "verl_ext adds GEC's columns to verl's rollout dump there")
     require_uses(trainer.fit, ("_log_rollout_data",), "RayPPOTrainer.fit")
+    # verl_ext.trainer.legacy._ext_rollout_diagnostics rebinds both in their modules while fit runs (GEC on)
+    require_uses(trainer.fit, ("verl.utils.debug.metrics", "calculate_debug_metrics",
+                               "verl.trainer.ppo.rollout_corr_helper", "compute_rollout_correction_and_add_to_batch"),
+                 "RayPPOTrainer.fit", ROLLOUT_DIAGNOSTICS_HINT)
+    check_rollout_diagnostics()
     require(hasattr(main_ppo_v0, "TaskRunner") and hasattr(main_ppo_v0, "RayPPOTrainer"),
             "verl.trainer.main_ppo_v0.TaskRunner and its module global RayPPOTrainer")
     require_uses(main_ppo_v0.TaskRunner.__ray_actor_class__.run, ("RayPPOTrainer",), "main_ppo_v0.TaskRunner.run",
@@ -156,7 +184,8 @@ def check_v1_trainer() -> None:
             "verl.trainer.ppo.v1.trainer_base.TRAINER_REGISTRY as a dict with the 'sync' trainer")
     require_uses(trainer_base.get_trainer_cls, ("TRAINER_REGISTRY",), "trainer_base.get_trainer_cls")
     require_uses(main_ppo.TaskRunnerV1.__ray_actor_class__.run, ("get_trainer_cls",), "main_ppo.TaskRunnerV1.run")
-    require_attrs(trainer, "on_init_end", "_update_actor", "_compute_advantage", "_compute_metrics",
+    require_attrs(trainer, "on_init_end", "_compute_old_log_prob", "_update_actor", "_compute_advantage",
+                  "_compute_metrics",
                   "_next_train_batch", "_validate", "_save_checkpoint", "_load_checkpoint",
                   hint="methods verl_ext's v1 trainers override")
     require_uses(trainer._compute_advantage, ("compute_advantage_for_multi_trajectories", "uid", "rm_scores",
@@ -164,6 +193,14 @@ def check_v1_trainer() -> None:
                  "verl_ext reroutes that call and reads these TransferQueue fields")
     require_uses(trainer._compute_old_log_prob, ("entropy",), "PPOTrainer._compute_old_log_prob",
                  "verl_ext reads the old-log-prob pass's entropy from TransferQueue under this name")
+    # verl_ext.trainer.v1 rebinds these module globals of trainer_base around the two methods (GEC on)
+    require_attrs(trainer_base, "calculate_debug_metrics", "compute_rollout_correction_and_add_to_batch",
+                  hint=ROLLOUT_DIAGNOSTICS_HINT)
+    require_uses(trainer._compute_old_log_prob, ("calculate_debug_metrics",), "PPOTrainer._compute_old_log_prob",
+                 ROLLOUT_DIAGNOSTICS_HINT)
+    require_uses(trainer._compute_advantage, ("compute_rollout_correction_and_add_to_batch",),
+                 "PPOTrainer._compute_advantage", ROLLOUT_DIAGNOSTICS_HINT)
+    check_rollout_diagnostics()
     require_uses(trainer._add_batch_to_generate, ("_next_train_batch",), "PPOTrainer._add_batch_to_generate")
     # verl_ext.trainer.v1.real_rows: verl's padding rows carry this tag (verl's own metrics filter on it too)
     padding = require_module("verl.trainer.ppo.padding_utils")
@@ -208,6 +245,11 @@ def check_agent_loop() -> None:
     # mid-import when the plugin's hook runs this)
 
 
+# gec_agent_loop.GroupFirstAttempts (edit_scope=all_wrong_groups) counts the samples of a group that started in a worker
+GROUP_START_HINT = ("gec_agent's edit_scope=all_wrong_groups expects a worker to start all the samples it runs of a "
+                    "group at once, each as a task")
+
+
 @functools.lru_cache(maxsize=1)
 def check_agent_loop_sample_keys() -> None:
     """GEC's branch draws are independent across the n samples of a uid because verl hands each sample a key of its
@@ -218,6 +260,8 @@ def check_agent_loop_sample_keys() -> None:
 
     require_uses(agent_loop.AgentLoopManager.generate_sequences, ("priority",), "AgentLoopManager.generate_sequences",
                  "gec_agent keys each sample's branch draw on it (legacy trainer)")
+    require_uses(agent_loop.AgentLoopWorker.generate_sequences, ("create_task",), "AgentLoopWorker.generate_sequences",
+                 GROUP_START_HINT)
     try:  # v1's worker; a verl without TransferQueue or the v1 trainer has none (check_v1_trainer refuses v1 there)
         agent_loop_tq = importlib.import_module("verl.trainer.ppo.v1.agent_loop_tq")
     except ImportError:
@@ -228,6 +272,7 @@ def check_agent_loop_sample_keys() -> None:
     require_attrs(worker, "_run_prompt")
     require_uses(worker._run_prompt, ("session_id", "_run_agent_loop"), "AgentLoopWorkerTQ._run_prompt",
                  "gec_agent keys each sample's branch draw on it (v1 trainer)")
+    require_uses(worker._run_prompt, ("create_task",), "AgentLoopWorkerTQ._run_prompt", GROUP_START_HINT)
 
 
 def check_agent_loop_routing() -> None:

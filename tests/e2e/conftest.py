@@ -101,3 +101,23 @@ def assert_shaped_training(steps: dict, expected_steps: list[int]) -> None:
         assert values["gec/responses"] > 0 and values["gec/acc_after"] >= values["gec/acc_before"]
     assert max(v["actor/grad_norm"] for v in steps.values()) > 0
     assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
+
+
+# fp32 on both sides (the hf rollout backend and the FSDP actor): rollout and actor log-probs agree to ~1e-6 on every
+# token an engine sampled; an injected token read as sampled shows as ~1 (its rollout log-prob is 0.0)
+SAMPLED_TOKEN_PROB_TOL = 1e-4
+
+
+def assert_rollout_diagnostics_see_sampled_tokens(steps: dict, on_policy_steps: list[int],
+                                                  tol: float = SAMPLED_TOKEN_PROB_TOL) -> None:
+    """GEC on, its injected tokens in the response mask: verl's rollout-vs-actor diagnostics read 0 (up to ``tol``)
+    at the steps whose rollouts came from the weights the actor scores with, and GEC's injected share of the trained
+    tokens is logged."""
+    for step in on_policy_steps:
+        values = steps[step]
+        assert values["training/rollout_probs_diff_valid"] == 1, step
+        diff = {k: values[k] for k in ("training/rollout_probs_diff_max", "rollout_corr/kl")}
+        assert diff["training/rollout_probs_diff_max"] < tol and abs(diff["rollout_corr/kl"]) < tol, (step, diff)
+    for values in steps.values():
+        assert 0 <= values["gec/injected_token_frac"] < 1
+    assert max(v["gec/injected_token_frac"] for v in steps.values()) > 0

@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from tests.e2e.conftest import assert_rollout_diagnostics_see_sampled_tokens
+
 pytestmark = pytest.mark.e2e
 
 V1 = "trainer.use_v1=true"
@@ -102,6 +104,7 @@ def test_v1_trainer_edge_grpo(run_main, tmp_path):
     gec_dump_rendered(tmp_path)
     entropy_grad_ran(run, steps, one_mini_batch=False)
     trained(steps)
+    assert_rollout_diagnostics_see_sampled_tokens(steps, on_policy_steps=[1, 2])  # sync: on-policy
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored
         # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
@@ -127,6 +130,7 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
     gec_dump_rendered(tmp_path)
     trained(steps)
     entropy_grad_ran(run, steps, one_mini_batch=True)
+    assert_rollout_diagnostics_see_sampled_tokens(steps, on_policy_steps=[1, 2])
     for values in steps.values():
         assert values["verl_ext/frac_adv_modified"] > 0 and "edge_grpo/factor_mean" in values
         assert values["gec/frac_edited"] > 0 and "gec/groups_rescued" in values

@@ -903,6 +903,160 @@ def test_a_failed_member_lets_verls_v1_run_prompt_settle_its_group_at_once(tok, 
     assert statuses == ["running", "failure"]
 
 
+class GatedServer(FakeServer):
+    """A first attempt generated only once the test opens its gate (``first``: right or wrong; ``error``: raises
+    instead), so a group's members report in an order the test sets, whatever the machine's speed."""
+
+    def __init__(self, tok, first=FIRST_WRONG, error=None):
+        super().__init__(tok, first=first)
+        self.gate, self.error = asyncio.Event(), error
+
+    async def generate(self, request_id, **kwargs):
+        await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return await super().generate(request_id, **kwargs)
+
+
+def _gated_group(tok, config, servers, uid, script, monkeypatch):
+    """Runs one group, a ``GatedServer`` per sample, as concurrent tasks; ``script(servers, tasks, reported)``
+    (async) opens the gates in its order, ``reported()`` counting the first attempts reported to the group so far.
+    Returns each sample's output or exception."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS, GecAgentLoop
+
+    reports = []
+    report = _FIRST_ATTEMPTS.all_wrong
+
+    def counted(key, *args, **kwargs):
+        reports.append(key)
+        return report(key, *args, **kwargs)
+
+    monkeypatch.setattr(_FIRST_ATTEMPTS, "all_wrong", counted)
+
+    async def main():
+        loops = [GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tok,
+                              processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data))
+                 for server in servers]
+        tasks = [asyncio.create_task(loop.run(dict(TRAIN_SP), **sample(uid=uid))) for loop in loops]
+        await asyncio.wait_for(script(servers, tasks, lambda: len(reports)), 10.0)
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10.0)
+
+    return asyncio.run(main())
+
+
+async def _until(condition):
+    """Yields to the event loop until ``condition()`` holds (the caller bounds the wait)."""
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize("order", ["failure, then a right one", "right one, then the failure"])
+def test_one_failed_sample_costs_only_the_wrong_siblings_without_a_verdict(tok, reward_path, verl_loop, order,
+                                                                          monkeypatch):
+    """edit_scope=all_wrong_groups, a group of four: a wrong first attempt, one sample whose generation raises, a right
+    first attempt and a wrong one that reports last. A right first attempt never needs the group's verdict: it
+    returns as sampled whether it arrives before or after the failure. A wrong one needs it: it raises only while
+    the failure leaves the group undecided (no right one yet); once a right one reported, the verdict is known
+    (not all wrong) and it is left as sampled."""
+    config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 4
+    uid = "mixed-" + order.split(",")[0]
+    engine_error = RuntimeError("the engine died")
+    servers = [GatedServer(tok), GatedServer(tok, error=engine_error), GatedServer(tok, first=FIRST_RIGHT),
+               GatedServer(tok)]
+    wrong_first, failing, right, wrong_last = range(4)
+
+    async def script(servers, tasks, reported):
+        servers[wrong_first].gate.set()
+        await _until(lambda: reported() == 1)  # waiting for its group
+        steps = [failing, right] if order.startswith("failure") else [right, failing]
+        for i in steps:
+            servers[i].gate.set()
+            await _until(tasks[i].done)
+        servers[wrong_last].gate.set()
+
+    results = _gated_group(tok, config, servers, uid, script, monkeypatch)
+    assert results[failing] is engine_error
+    assert results[right].extra_fields["gec_branch"] == "none" and results[right].reward_score == 1.0
+    assert results[wrong_last].extra_fields["gec_branch"] == "group_not_all_wrong"
+    if order.startswith("failure"):  # it waited without a verdict when its sibling failed
+        assert isinstance(results[wrong_first], RuntimeError) and "the engine died" in str(results[wrong_first])
+    else:  # the right one decided the group before the failure
+        assert results[wrong_first].extra_fields["gec_branch"] == "group_not_all_wrong"
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS
+
+    assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]
+
+
+@pytest.mark.parametrize("slow_first", [FIRST_WRONG, FIRST_RIGHT])
+def test_a_slow_sibling_outlives_a_short_group_wait(tok, reward_path, verl_loop, slow_first, monkeypatch):
+    """algorithm.gec.group_wait_s=0.2: the wrong first attempt stops after 0.2 s with an error naming the setting
+    while its sibling is still generating; the slow sibling, when it arrives, is not held to that wait: it finds
+    every first attempt of its group reported and goes on (edited when all were wrong, as sampled when right)."""
+    config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups",
+                         group_wait_s=0.2)
+    config.actor_rollout_ref.rollout.n = 2
+    uid = f"slow-{slow_first[-2]}"
+
+    async def script(servers, tasks, reported):
+        servers[0].gate.set()
+        await _until(tasks[0].done)  # gave up on its sibling
+        servers[1].gate.set()
+
+    start = time.perf_counter()
+    fast, slow = _gated_group(tok, config, [GatedServer(tok), GatedServer(tok, first=slow_first)], uid, script,
+                              monkeypatch)
+    assert time.perf_counter() - start < 5.0
+    assert isinstance(fast, RuntimeError), fast
+    assert "algorithm.gec.group_wait_s=0.2" in str(fast) and uid in str(fast)
+    expected = "answer" if slow_first == FIRST_WRONG else "none"
+    assert slow.extra_fields["gec_branch"] == expected
+
+
+def test_without_a_group_wait_a_wrong_first_attempt_waits_as_long_as_its_sibling_runs(tok, reward_path, verl_loop,
+                                                                                      monkeypatch):
+    """group_wait_s null (the default): no clock of GEC's own, as verl has none on a sample's generation; a wrong
+    first attempt is still waiting for its group 1 s after it reported, and goes on once its sibling reports."""
+    assert GecConfig().group_wait_s is None
+    config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 2
+
+    async def script(servers, tasks, reported):
+        servers[0].gate.set()
+        await _until(lambda: reported() == 1)
+        await asyncio.sleep(1.0)
+        assert not tasks[0].done()
+        servers[1].gate.set()
+
+    results = _gated_group(tok, config, [GatedServer(tok), GatedServer(tok)], "no-clock", script, monkeypatch)
+    assert [r.extra_fields["gec_branch"] for r in results] == ["answer", "answer"]
+
+
+def test_a_group_whose_other_samples_never_start_here_stops_with_the_cause_named(tok, reward_path, verl_loop,
+                                                                                 monkeypatch):
+    """rollout.n=3 but only two samples of the group run in this worker (a group split across agent-loop workers,
+    or verl's per-prompt ``__rollout_n__`` below rollout.n): once both reported and no third one started, the wrong
+    ones stop with an error naming the cause, instead of waiting for a sample that never comes."""
+    import verl_ext.rollout.gec_agent_loop as module
+
+    monkeypatch.setattr(module, "SIBLING_START_GRACE_S", 0.2)
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 3
+
+    async def script(servers, tasks, reported):
+        for server in servers:
+            server.gate.set()
+
+    results = _gated_group(tok, config, [GatedServer(tok), GatedServer(tok)], "split", script, monkeypatch)
+    for result in results:
+        assert isinstance(result, RuntimeError), result
+        assert "only 2 of its 3 samples" in str(result) and "__rollout_n__" in str(result)
+    assert not [key for key in module._FIRST_ATTEMPTS._open if key[0] == "split"]
+
+
 def test_guard_counted_in_gec_metrics():
     import numpy as np
 

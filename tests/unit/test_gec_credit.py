@@ -257,14 +257,19 @@ def test_a_group_is_all_wrong_only_when_every_first_attempt_is_wrong():
     assert asyncio.run(group([True, False], [0.0, 0.01])) == [False, False]
 
 
-def test_a_group_that_cannot_complete_stops_with_the_setting_named():
+def test_a_group_wait_past_its_limit_stops_with_the_setting_named():
+    """A wrong first attempt waits at most ``wait_s`` for a sibling that is still running, then raises naming
+    ``algorithm.gec.group_wait_s``; the sibling, arriving later, goes on with the group's verdict."""
     board = GroupFirstAttempts()
 
-    async def lonely():
-        return await board.all_wrong("uid-2", 2, False, timeout_s=0.05)
+    async def group():
+        board.join("uid-2", 2)
+        board.join("uid-2", 2)  # the sibling started and is still generating
+        with pytest.raises(RuntimeError, match=r"waited algorithm\.gec\.group_wait_s=0\.05 s .*1 of 2 reported"):
+            await board.all_wrong("uid-2", 2, False, wait_s=0.05)
+        return await board.all_wrong("uid-2", 2, False, wait_s=0.05)
 
-    with pytest.raises(RuntimeError, match="edit_scope=all_wrong_groups"):
-        asyncio.run(lonely())
+    assert asyncio.run(group()) is True  # both first attempts were wrong
     assert not board._open
 
 
@@ -306,6 +311,12 @@ def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
     ({"shaping_gamma": 0.2}, r"algorithm\.gec\.shaping_gamma=0\.2 is invalid: .*injected_loss=policy"),  # would be ignored
     ({"prefix_advantage": "early"}, "prefix_advantage"),
     ({"edit_scope": "some"}, "edit_scope"),
+    ({"edit_scope": "all_wrong_groups", "group_wait_s": 0}, r"group_wait_s=0 is invalid: must be null or a number"),
+    ({"edit_scope": "all_wrong_groups", "group_wait_s": -5.0}, "group_wait_s"),
+    ({"edit_scope": "all_wrong_groups", "group_wait_s": float("inf")}, "group_wait_s"),
+    ({"edit_scope": "all_wrong_groups", "group_wait_s": True}, "group_wait_s"),
+    ({"edit_scope": "all_wrong_groups", "group_wait_s": "1h"}, "group_wait_s"),
+    ({"group_wait_s": 600.0}, r"group_wait_s=600\.0 is invalid: .*edit_scope=all_wrong_groups"),  # would be ignored
 ])
 def test_nonsensical_gec_settings_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
@@ -333,6 +344,29 @@ def test_credit_options_that_cannot_work_with_the_run_are_refused_at_start_up(ov
     config = compose_run_config("toy_cpu", overrides)
     with pytest.raises(ConfigError, match=message):
         validate_feature_combinations(config)
+
+
+SCOPE = ["algorithm.gec.enable=true", "algorithm.gec.edit_scope=all_wrong_groups"]
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    # verl's rate_limited reward manager may take reward.timeout (300 s unless set) to score one first attempt
+    (["algorithm.gec.group_wait_s=120", "reward.reward_manager.name=rate_limited"], True),
+    (["algorithm.gec.group_wait_s=120", "reward.reward_manager.name=rate_limited", "+reward.timeout=60"], False),
+    (["algorithm.gec.group_wait_s=60", "reward.reward_manager.name=rate_limited", "+reward.timeout=60"], True),
+    (["algorithm.gec.group_wait_s=120"], False),  # verl's naive manager: no time limit on a score
+    (["reward.reward_manager.name=rate_limited"], False),  # null: no limit of its own
+])
+def test_a_group_wait_within_verls_time_limit_on_one_score_is_refused(overrides, refused):
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.run_checks import validate_run_config
+
+    config = compose_run_config("toy_cpu", SCOPE + overrides)
+    if refused:
+        with pytest.raises(ConfigError, match=r"group_wait_s=\d+ with reward\.reward_manager\.name=rate_limited"):
+            validate_run_config(config)
+    else:
+        validate_run_config(config)
 
 
 def test_shaping_gamma_is_luffys_unless_set_and_refused_where_nothing_reads_it():

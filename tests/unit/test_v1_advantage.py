@@ -19,38 +19,13 @@ from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 import verl_ext.algos.registry  # noqa: F401  (registers the estimators)
+from tests.unit.helpers import FakeTransferQueue
 from verl_ext.rollout import gec
 from verl_ext.trainer import v1
 
 EOS = 2
 N = 4  # rollout.n
 PARTITION = "train"
-
-
-class FakeTransferQueue:
-    """The three calls verl's padding and advantage code and verl_ext's v1 glue make, on an in-memory store."""
-
-    def __init__(self):
-        self.rows: dict[str, dict] = {}
-        self.tags: dict[str, dict] = {}
-
-    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-        for i, key in enumerate(keys):
-            row = self.rows.setdefault(key, {})
-            if fields is not None:
-                item = fields[i]
-                row.update({name: item[name] for name in fields.keys()})
-            if tags is not None:
-                self.tags[key] = dict(tags[i])
-        return trainer_base.KVBatchMeta(keys=list(keys), tags=[self.tags.get(k, {}) for k in keys],
-                                        partition_id=partition_id)
-
-    def kv_batch_get(self, keys, partition_id, select_fields=None):
-        rows = [self.rows[k] for k in keys]
-        names = list(rows[0]) if select_fields is None else [f for f in select_fields if f in rows[0]]
-        for name in names:
-            assert all(name in r for r in rows), f"field {name} not ready in every row"
-        return list_of_dict_to_tensordict([{name: r[name] for name in names} for r in rows])
 
 
 def _row(uid: str, session: int, response_len: int, score: float, source: str, correct_before: bool,

@@ -96,6 +96,8 @@ SPAN_ANSWER = "answer"
 SPAN_SOLUTION = "solution"
 SPAN_EOS = "eos"
 SPAN_KINDS = (SPAN_POLICY, SPAN_CUE, SPAN_CONTINUATION, SPAN_ANSWER, SPAN_SOLUTION, SPAN_EOS)
+# the pieces a rollout engine sampled (they carry its log-probs); every other piece was injected by GEC
+SAMPLED_SPAN_KINDS = (SPAN_POLICY, SPAN_CONTINUATION)
 
 
 # ---------------------------------------------------------------- branch choice
@@ -362,6 +364,25 @@ def response_spans(segments: Sequence[Segment], kept_lengths: Sequence[int]) -> 
             spans.append([kind, start, start + int(k)])
         start += int(k)
     return spans
+
+
+def injected_token_mask(spans_rows: Sequence, shape: tuple[int, int]) -> np.ndarray:
+    """Where GEC injected tokens, in a batch of final responses.
+
+    Args:
+        spans_rows: per row, its ``[kind, start, end]`` pieces (``KEY_SPANS``); None or empty: a row GEC did not
+            write (another agent loop, GEC off), which has no injected token.
+        shape: (B, T), the batch's response tensor.
+
+    Returns:
+        (B, T) bool: True at the tokens of every piece but the policy's own (``SAMPLED_SPAN_KINDS``).
+    """
+    mask = np.zeros(shape, dtype=bool)
+    for i, spans in enumerate(spans_rows):
+        for kind, start, end in spans if spans is not None else ():
+            if kind not in SAMPLED_SPAN_KINDS:
+                mask[i, int(start):int(end)] = True
+    return mask
 
 
 # ---------------------------------------------------------------- training or validation rollout

@@ -29,9 +29,10 @@ dump can show it (``verl_ext.trainer.gec_dump``).
 
 Rollout log-probs of injected tokens (cue, template, solution, added EOS) are 0.0: no engine sampled them and
 the generate API cannot score given tokens. verl's loss uses the actor's recomputed old log-probs (ratio 1 on
-the first pass, as in the original), so only the rollout-vs-actor diagnostics (and rollout-correction IS
-weights, or ``bypass_mode``, which would treat them as probability-1 tokens: refused at start-up by
-``verl_ext.run_checks.validate_run_config``) see them; with ``mask_injected`` they are out of the loss anyway.
+the first pass, as in the original); rollout-correction IS weights and ``bypass_mode``, which would treat them as
+probability-1 tokens, are refused at start-up (``verl_ext.run_checks.validate_run_config``), and verl_ext's trainers
+leave them out of verl's rollout-vs-actor diagnostics (``verl_ext.trainer.rollout_diagnostics``, from
+``gec_spans``); with ``mask_injected`` they are out of the loss anyway.
 
 A row may carry its own sampling settings in ``extra_info["sampling_params"]`` (keys ``ROW_SAMPLING_KEYS``, e.g.
 ``{"temperature": 0}`` for a greedy copy of a validation prompt next to the sampled one); they replace the
@@ -219,82 +220,149 @@ def join_routing(first, continued, prefix: int, total: int):
     return torch.cat([head, torch.as_tensor(tail, dtype=head.dtype, device=head.device)])
 
 
-# edit_scope=all_wrong_groups: how long a wrong first attempt waits for the rest of its group's (they are generated
-# concurrently in the same worker); past it the run stops instead of hanging on a group that cannot complete
-GROUP_WAIT_S = 3600.0
+# edit_scope=all_wrong_groups: how long a group whose every sample that started in this worker has reported, though
+# fewer than rollout.n did, waits for another to start before its wrong members stop. verl starts all the samples of
+# a group at once (v1: the n sessions of one _run_prompt; legacy: one gather over the worker's chunk of whole
+# groups), so this covers scheduling only, never a generation: it ends a wait for samples that never run here
+SIBLING_START_GRACE_S = 60.0
 
 
 @dataclass
 class _Group:
-    decided: asyncio.Future  # True: all first attempts wrong; False: one right; exception: a member failed
-    arrived: int = 0  # members that reported or failed
+    """What a worker knows of one group's first attempts (``GroupFirstAttempts``)."""
+
+    size: int  # rollout.n: the samples a group has
+    changed: asyncio.Future  # resolved, then replaced, at every change below
+    started: int = 0  # samples that took their seat in this worker
+    reported: int = 0  # first attempts scored
+    failed: int = 0  # samples that failed before their first attempt was scored
+    right: bool = False  # a first attempt was right: the group is not all wrong, whatever else happens
+    failure: str = ""  # the first failure, while no right first attempt decided the group
+    short_since: float | None = None  # since when every sample that started here has arrived, fewer than size
+
+    @property
+    def expected(self) -> int:
+        return max(self.size, self.started)
+
+    @property
+    def complete(self) -> bool:
+        return self.reported + self.failed >= self.expected
+
+    def notify(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.reported + self.failed == self.started < self.size:
+            self.short_since = loop.time() if self.short_since is None else self.short_since
+        else:
+            self.short_since = None
+        if not self.changed.done():
+            self.changed.set_result(None)
+        self.changed = loop.create_future()
 
 
 class GroupFirstAttempts:
-    """Whether each group's first attempts are all wrong, for ``edit_scope=all_wrong_groups``: every member of a
-    group reports its correctness here, or its failure (:meth:`failed`); a wrong one waits until the group's answer
-    is known (a right member reported, or all ``size`` did) or a member failed (then it raises). One per worker
-    process: verl runs a group's samples as tasks of one agent-loop worker (v1: one ``_run_prompt``; legacy: whole
-    groups per chunk, checked at start-up). A group's entry is removed once all ``size`` members arrived."""
+    """Whether each group's first attempts are all wrong, for ``edit_scope=all_wrong_groups``. One per worker process:
+    verl runs a group's samples as tasks of one agent-loop worker (v1: one ``_run_prompt``; legacy: whole groups per
+    chunk, checked at start-up) and starts them together.
+
+    Each sample takes its seat when it starts (:meth:`join`), then reports its first attempt (:meth:`all_wrong`) or
+    its failure before that (:meth:`failed`). A right first attempt needs no verdict: it returns at once, and tells
+    every wrong one that the group is not all wrong. A wrong one waits for the verdict: not all wrong (a right one
+    reported), all wrong (every sample reported, all wrong), or none to be had: a sibling failed before any right one
+    reported (its first attempt is unknown), the samples that started here are all in and fewer than the group's
+    (:data:`SIBLING_START_GRACE_S`), or it waited ``wait_s`` (``algorithm.gec.group_wait_s``; None: no limit); then
+    it raises, and only it: one failure costs the failed sample and the wrong ones that needed it. A group's entry
+    is removed once every sample arrived."""
 
     def __init__(self):
         self._open: dict[Any, _Group] = {}
 
-    def _arrive(self, key: Any, size: int) -> _Group:
+    def _group(self, key: Any, size: int) -> _Group:
         group = self._open.get(key)
         if group is None:
-            group = self._open[key] = _Group(asyncio.get_running_loop().create_future())
-        group.arrived += 1
-        if group.arrived >= size:
-            self._open.pop(key, None)
+            group = self._open[key] = _Group(size, asyncio.get_running_loop().create_future())
         return group
 
-    async def all_wrong(self, key: Any, size: int, correct: bool, timeout_s: float = GROUP_WAIT_S) -> bool:
-        group = self._arrive(key, size)
-        future = group.decided
-        if not future.done() and (correct or group.arrived >= size):
-            future.set_result(not correct)
-        if future.done():
-            return future.result()  # a member's failure raises here
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except asyncio.TimeoutError:
-            error = RuntimeError(
-                f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups waited {timeout_s:.0f} s for the first attempts "
-                f"of group {key!r} ({group.arrived} of {size} reported): its samples do not all run in this agent-loop "
-                "worker (or actor_rollout_ref.rollout.n is not the group size); use edit_scope=all")
-            if self._open.get(key) is group:
-                del self._open[key]
-            if not future.done():  # the siblings waiting with it stop too
-                future.set_exception(error)
-                future.exception()
-            raise error from None
+    def _arrived(self, key: Any, group: _Group) -> None:
+        if group.reported + group.failed > group.started:  # a report without a seat: that sample started too
+            group.started, group.short_since = group.reported + group.failed, None
+        if group.complete and self._open.get(key) is group:
+            del self._open[key]
+        group.notify()
+
+    def join(self, key: Any, size: int) -> None:
+        """A sample of group ``key`` (``size`` samples) started in this worker."""
+        group = self._group(key, size)
+        group.started, group.short_since = group.started + 1, None
+        group.notify()
 
     def failed(self, key: Any, size: int, error: BaseException) -> None:
-        """A member of group ``key`` failed before reporting (its generation or scoring raised, or its task was
-        cancelled): its wrong siblings, waiting or still to report, raise at once unless a right member decided
-        the group already."""
-        future = self._arrive(key, size).decided
-        if not future.done():
-            future.set_exception(RuntimeError(
-                f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r} cannot be decided, one of its "
-                f"{size} samples failed before its first attempt was scored ({type(error).__name__}: {error})"))
-        if future.done() and not future.cancelled():
-            future.exception()  # marks it retrieved: no "exception never retrieved" log when no sibling waits
+        """A sample of group ``key`` failed before reporting (its generation or scoring raised, or its task was
+        cancelled): its wrong siblings without a verdict raise at once, unless a right one decided the group."""
+        group = self._group(key, size)
+        group.failed += 1
+        if not group.right and not group.failure:
+            group.failure = f"{type(error).__name__}: {error}"
+        self._arrived(key, group)
+
+    async def all_wrong(self, key: Any, size: int, correct: bool, wait_s: float | None = None) -> bool:
+        """Report a first attempt of group ``key``; whether every first attempt of the group is wrong (a right one:
+        False at once)."""
+        group = self._group(key, size)
+        group.reported += 1
+        group.right = group.right or correct
+        self._arrived(key, group)
+        if correct:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_s is None else loop.time() + float(wait_s)
+        while True:
+            if group.right:
+                return False
+            if group.failure:
+                raise RuntimeError(
+                    f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r} cannot be decided, one of its "
+                    f"{group.size} samples failed before its first attempt was scored ({group.failure}), and this "
+                    "sample's wrong first attempt needs the group's verdict")
+            if group.complete:
+                return True
+            limits = [t - loop.time() for t in (deadline, None if group.short_since is None else
+                                                group.short_since + SIBLING_START_GRACE_S) if t is not None]
+            try:
+                await asyncio.wait_for(asyncio.shield(group.changed), max(min(limits), 0.0) if limits else None)
+            except asyncio.TimeoutError:
+                if group.short_since is not None and loop.time() >= group.short_since + SIBLING_START_GRACE_S:
+                    if self._open.get(key) is group:
+                        del self._open[key]
+                    raise RuntimeError(
+                        f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r}: only {group.started} of "
+                        f"its {group.size} samples (actor_rollout_ref.rollout.n) ran in this agent-loop worker, and all "
+                        "of them reported: the others never reach it (its samples split across agent-loop workers, "
+                        "or a per-prompt sample count, verl's __rollout_n__, other than rollout.n); use "
+                        "edit_scope=all") from None
+                if deadline is not None and loop.time() >= deadline:
+                    raise RuntimeError(
+                        f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups waited algorithm.gec.group_wait_s="
+                        f"{wait_s:g} s for the first attempts of group {key!r} ({group.reported} of {group.expected} "
+                        "reported, the others still running); raise group_wait_s, or set it to null to wait as long "
+                        "as they run") from None
 
 
 @dataclass
 class _Seat:
-    """One sample's place in its group: reports its first attempt once; failing before that resolves the group."""
+    """One sample's place in its group: taken when it starts; reports its first attempt once, or fails before."""
 
     board: GroupFirstAttempts
     key: Any
     size: int
+    wait_s: float | None = None
     reported: bool = False
+
+    def __post_init__(self):
+        self.board.join(self.key, self.size)
 
     async def all_wrong(self, correct: bool) -> bool:
         self.reported = True
-        return await self.board.all_wrong(self.key, self.size, correct)
+        return await self.board.all_wrong(self.key, self.size, correct, self.wait_s)
 
     def failed(self, error: BaseException) -> None:
         if not self.reported:
@@ -471,7 +539,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
                              "trainers pass it to the agent loop); this row has none")
         steps = kwargs.get("global_steps")  # with the uid: a prompt drawn again at another step is another group
         key = (str(kwargs["uid"]), steps.item() if hasattr(steps, "item") else steps)
-        return _Seat(_FIRST_ATTEMPTS, key, int(self.rollout_config.n))
+        return _Seat(_FIRST_ATTEMPTS, key, int(self.rollout_config.n), self.gec_config.group_wait_s)
 
     async def _correct(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
                        first_cap: int, seat: _Seat | None) -> AgentLoopOutput:

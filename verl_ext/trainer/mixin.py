@@ -4,7 +4,8 @@ It routes each step's batch to a verl_ext estimator through ``compute_extension_
 ``adv_estimator`` goes through verl untouched), logs the step's outcome metrics (``gec/...`` with GEC on, all-wrong
 groups always), tags the rows it sends to rollout as training or validation while GEC is on
 (``names.TRAINING_ROLLOUT_KEY``, read by the ``gec_agent`` loop), adds GEC's columns to verl's rollout dump
-(``gec_dump.py``) and installs the actor loss of ``edge_grpo.entropy_grad``. GEPO's history and its checkpointing:
+(``gec_dump.py``), hands verl's rollout-vs-actor diagnostics the sampled tokens only while GEC is on
+(``rollout_diagnostics.py``) and installs the actor loss of ``edge_grpo.entropy_grad``. GEPO's history and its checkpointing:
 ``history_checkpoint.py``.
 """
 
@@ -25,6 +26,12 @@ from verl_ext.trainer.gec_advantage import EstimatorPass, advantages_with_credit
 from verl_ext.trainer.gec_dump import gec_dump_columns
 from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
+from verl_ext.trainer.rollout_diagnostics import (
+    debug_metrics_on_sampled_tokens,
+    injected_token_frac,
+    offpolicy_metrics_on_sampled_tokens,
+    spans_of_rows,
+)
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -72,6 +79,53 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         if not gec.enable:
             return {}
         return gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
+
+    def _gec_token_metrics(self, non_tensor_batch: dict, response_mask) -> dict[str, float]:
+        """``gec/injected_token_frac``: the share of the step's trained tokens (``response_mask``) GEC injected, so a
+        GEC step tells itself apart from a rollout/actor mismatch at a glance; {} when GEC is off."""
+        if not self.ext_config.gec.enable:
+            return {}
+        spans = spans_of_rows(non_tensor_batch, len(response_mask))
+        return {"gec/injected_token_frac": injected_token_frac(response_mask, spans)}
+
+    def _ext_diagnoses_sampled_tokens(self) -> bool:
+        """Whether verl's rollout-vs-actor diagnostics must leave GEC's injected tokens out (``rollout_diagnostics``):
+        GEC on and its injected tokens in the response mask (``mask_injected=true`` takes them out itself)."""
+        gec = self.ext_config.gec
+        return gec.enable and not gec.mask_injected
+
+    @contextlib.contextmanager
+    def _ext_debug_metrics_on_sampled_tokens(self, module, spans_of: Callable[[DataProto], list]):
+        """While the block runs, verl's ``calculate_debug_metrics`` (the name ``module`` calls) sees the tokens an
+        engine sampled only; ``spans_of(data)``: GEC's pieces of each row of the batch verl passes it."""
+        if not self._ext_diagnoses_sampled_tokens():
+            yield
+            return
+        verl_fn = module.calculate_debug_metrics
+
+        def calculate_debug_metrics(data: DataProto) -> dict:
+            return debug_metrics_on_sampled_tokens(verl_fn, data, spans_of(data))
+
+        with replaced(module, "calculate_debug_metrics", calculate_debug_metrics):
+            yield
+
+    @contextlib.contextmanager
+    def _ext_offpolicy_metrics_on_sampled_tokens(self, spans_rows: list):
+        """While the block runs, verl's ``compute_offpolicy_metrics`` (``rollout_corr/*``, called by verl's rollout
+        correction) sees the tokens an engine sampled only; ``spans_rows``: GEC's pieces of each row it is given."""
+        if not self._ext_diagnoses_sampled_tokens():
+            yield
+            return
+        from verl.trainer.ppo import rollout_corr_helper
+
+        verl_fn = rollout_corr_helper.compute_offpolicy_metrics
+
+        def compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask) -> dict:
+            return offpolicy_metrics_on_sampled_tokens(verl_fn, spans_rows, old_log_prob, rollout_log_prob,
+                                                       response_mask)
+
+        with replaced(rollout_corr_helper, "compute_offpolicy_metrics", compute_offpolicy_metrics):
+            yield
 
     def _check_gec_errors(self, non_tensor_batch: dict) -> None:
         """Stop the run when too many of the step's GEC rows had unusable data (before the step trains on them)."""

@@ -7,6 +7,8 @@ What the subclass adds to verl's step:
   ``advantage.compute_extension_advantage`` (any other estimator stays verl's; its step diagnostics are read from
   verl's output), applies GEC's credit options (``gec_advantage.py``) to either and logs the outcome metrics
   (``gec/...``, all-wrong groups);
+* ``_compute_old_log_prob`` and ``_compute_advantage``, with GEC on: verl's rollout-vs-actor diagnostics over the
+  sampled tokens only (``rollout_diagnostics.py``), and ``gec/injected_token_frac``;
 * ``_next_train_batch`` / ``_validate``: tag the rows sent to rollout as training or validation for ``gec_agent``;
 * ``on_init_end``: installs verl_ext's actor loss when one is on (``edge_grpo.entropy_grad``, GEC's shaped loss),
   whose per-response / per-token fields go to TransferQueue next to the advantages;
@@ -44,6 +46,7 @@ from verl_ext.trainer.gec_dump import blank_rows
 from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.gec_metrics import is_count_metric
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
+from verl_ext.trainer.rollout_diagnostics import spans_of_rows
 
 
 class ExtV1TrainerMixin(ExtTrainerMixin):
@@ -79,6 +82,16 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         summarize_shaped_loss_metrics(metrics)
         return batch
 
+    def _compute_old_log_prob(self, batch, metrics):
+        # verl compares the rollout's log-probs with the actor's here (calculate_log_probs): over sampled tokens only
+        if not (self._ext_diagnoses_sampled_tokens() and self.config.actor_rollout_ref.rollout.calculate_log_probs
+                and not bypass_mode(self.config)):
+            return super()._compute_old_log_prob(batch, metrics)
+        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        spans = spans_of_rows({"extra_fields": as_object_array(extra["extra_fields"])}, len(batch))
+        with self._ext_debug_metrics_on_sampled_tokens(trainer_base, lambda data: spans):
+            return super()._compute_old_log_prob(batch, metrics)
+
     def _compute_advantage(self, batch, metrics):
         extension = self._ext_active()
         # verl's padding rows (``_balance_batch`` pads the batch to a multiple of the ranks' sizes): they keep
@@ -101,6 +114,9 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         scores = padded["rm_scores"].sum(-1)
         metrics.update(self._v1_outcome_metrics(extra_fields[members], uid[members],
                                                 scores[torch.from_numpy(members)], data_source[members]))
+        metrics.update(self._gec_token_metrics({"extra_fields": extra_fields[real]},
+                                               padded["response_mask"][torch.from_numpy(real)]))
+        spans = spans_of_rows({"extra_fields": extra_fields}, len(batch))  # verl's rollout correction: every row
         if not extension:
             data_source = None
 
@@ -126,7 +142,8 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
                                 if k in data.batch.keys()})
             return data
 
-        with replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn:
+        with (replaced(trainer_base, "compute_advantage_for_multi_trajectories", routed) as verl_fn,
+              self._ext_offpolicy_metrics_on_sampled_tokens(spans)):
             batch = super()._compute_advantage(batch, metrics)
         if loss_fields:  # verl writes back only advantages/returns; verl_ext's actor losses also read these
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
