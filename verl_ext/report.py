@@ -15,8 +15,8 @@ one method, shown as the mean over its seeds with the seeds' range, and the figu
 The figures read at a glance: a data source's sampled and greedy validation accuracy share one panel; accuracies are
 drawn on [0, 1] and every other y-axis reaches at least 0.05 beyond its data, so one held-out sample does not fill a
 panel; a metric logged every step is drawn faint under its moving average (``--smoothing``, TensorBoard's debiased
-EMA); a series that is zero at every step is left out of its panel and legend and named beside it; no two series of
-a panel share a colour.
+EMA), and left out of its panel and legend (named beside it) when it is zero at every step; no two series of a panel
+share a colour.
 """
 
 from __future__ import annotations
@@ -228,8 +228,8 @@ def distinct_colours(n: int) -> list[str]:
 
 
 def zero_throughout(values: list[float]) -> bool:
-    """A series that is 0 at every logged step (a GEC branch that never fired): left out of its panel and legend,
-    and named beside it."""
+    """A step metric that is 0 at every logged step (a GEC branch that never fired): left out of its panel and
+    legend, and named beside it."""
     return bool(values) and all(v == 0 for v in values)
 
 
@@ -246,7 +246,9 @@ class Panel:
     bounds: tuple[float, float] | None = None  # where the values can lie (UNIT, NON_NEGATIVE): the y-axis stays in
     whole_range: bool = False  # the y-axis spans all of ``bounds`` (accuracies)
     overlay: bool = False  # a run's several lines share one axes with the other runs' (run: colour, line: dashes)
-    smooth: bool = True  # logged every step: a smoothed line (--smoothing) over the faint raw one
+    # logged every step: a smoothed line (--smoothing) over the faint raw one, and a series zero at every step is
+    # left out (validation points are drawn as measured: an accuracy of 0 is a result)
+    step_metric: bool = True
 
 
 @dataclass(frozen=True)
@@ -270,9 +272,9 @@ FIGURES = (
     )),
     Figure("validation", "Validation accuracy per data source, sampled and greedy", (
         Panel("val {panel}", (_VAL_SOURCE + r"/acc/mean@\d+",), "accuracy", display=VAL_LINES, bounds=UNIT,
-              whole_range=True, overlay=True, smooth=False),
+              whole_range=True, overlay=True, step_metric=False),
         Panel("val {panel} (reward)", (_VAL_SOURCE + r"/reward/mean@\d+",), "reward", display=VAL_LINES,
-              overlay=True, smooth=False),
+              overlay=True, step_metric=False),
     )),
     Figure("step_diagnostics", "Response entropy, advantage variance, collapsed groups", (
         Panel("response entropy (mean ± std over responses)", (r"verl_ext/response_entropy_(?P<line>mean)",),
@@ -339,10 +341,14 @@ class Axes:
 
     @property
     def drawn(self) -> list[Line]:
-        return [line for line in self.lines if not zero_throughout(line.run.series(line.key)[1])]
+        zero = {id(line) for line in self.zero}
+        return [line for line in self.lines if id(line) not in zero]
 
     @property
     def zero(self) -> list[Line]:
+        """The step metrics left out for being zero throughout."""
+        if not self.spec.step_metric:
+            return []
         return [line for line in self.lines if zero_throughout(line.run.series(line.key)[1])]
 
     def label(self, line: Line) -> str:
@@ -423,7 +429,7 @@ def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "",
                 colour = item.line_colours[line.name] if item.line_colours else run_colour[line.run.label]
                 style = "-" if item.per_run else styles[names.index(line.name) % len(styles)]
                 marker = "o" if len(steps) <= 20 else None
-                if smoothing > 0 and item.spec.smooth and len(steps) >= MIN_SMOOTHED_POINTS:
+                if smoothing > 0 and item.spec.step_metric and len(steps) >= MIN_SMOOTHED_POINTS:
                     ax.plot(steps, values, style, color=colour, marker=marker, markersize=2, linewidth=0.8, alpha=0.3)
                     ax.plot(steps, ema_smooth(values, smoothing), style, color=colour, label=item.label(line))
                     smoothed = True
