@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
 from verl_ext.config import register_structured_configs
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
+from verl_ext.names import GREEDY_SUFFIX
 from verl_ext.run_checks import validate_run_config
 
 register_structured_configs()
@@ -253,7 +254,6 @@ def run(config: DictConfig) -> None:
 
 # ---- what the run did, printed at its end -------------------------------------------------------------------------
 _VAL_KEY = re.compile(r"^val-core/(?P<source>.+)/(?P<metric>acc|reward)/(?P<stat>mean@\d+)$")
-GREEDY_SUFFIX = "@greedy"  # the toy's greedy copy of a data source (verl_ext/toy/reason.py)
 
 
 def run_metrics_file(config: DictConfig) -> str | None:

@@ -24,3 +24,7 @@ TRAINING_ROLLOUT_KEY = "verl_ext_training_rollout"
 
 # Keys a row may set in ``extra_info["sampling_params"]`` (rollout/gec_agent_loop.py applies them to that row only)
 ROW_SAMPLING_KEYS = ("temperature", "top_p", "top_k")
+
+# The suffix of a data source's greedy copy (``<source>@greedy``: each held-out prompt once at temperature 0, beside
+# its sampled copy; verl_ext/toy/reason.py): the end-of-run table and the run report draw the two together
+GREEDY_SUFFIX = "@greedy"

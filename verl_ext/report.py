@@ -1,5 +1,5 @@
-"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method] [--samples]``: figures and a summary
-table of runs; with ``--samples``, also a page of what GEC wrote (``verl_ext.report_samples``).
+"""``python -m verl_ext.report RUN [RUN ...] [-o OUT] [--last N] [--by-method] [--smoothing W] [--samples]``: figures
+and a summary table of runs; with ``--samples``, also a page of what GEC wrote (``verl_ext.report_samples``).
 
 A RUN is a run folder (``outputs/<experiment>/<time>``), a multirun folder (every job in it becomes a run), or one
 JSONL file.  The metrics are what verl's ``file`` logger wrote (one ``{"step": N, "data": {metric: value}}`` per
@@ -11,6 +11,12 @@ metrics and the last value of validation metrics.  ``--by-method`` adds a second
 runs whose labels differ only in a ``_seed<N>`` suffix (``examples/toy/compare.sh``'s ``toy_<method>_seed<N>``) are
 one method, shown as the mean over its seeds with the seeds' range, and the figures then draw one line per method
 (the mean over its seeds, the seeds' range shaded) instead of one per run.
+
+The figures read at a glance: a data source's sampled and greedy validation accuracy share one panel; accuracies are
+drawn on [0, 1] and every other y-axis reaches at least 0.05 beyond its data, so one held-out sample does not fill a
+panel; a metric logged every step is drawn faint under its moving average (``--smoothing``, TensorBoard's debiased
+EMA), and left out of its panel and legend (named beside it) when it is zero at every step; no two series of a panel
+share a colour.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_ext.metrics_file import parse_record, read_steps
+from verl_ext.names import GREEDY_SUFFIX
 
 METRICS_FILE = re.compile(r"^metrics(?:\.(\d+))?\.jsonl$")  # metrics.jsonl, then metrics.1.jsonl, ... on resume
 
@@ -158,6 +165,74 @@ def load_runs(paths: list[Path]) -> list[RunMetrics]:
 
 
 # ---- what to draw --------------------------------------------------------------------------------------------------
+UNIT = (0.0, 1.0)  # accuracies and shares
+NON_NEGATIVE = (0.0, math.inf)  # counts, variances, entropies
+MIN_PAD = 0.05  # the y-axis reaches at least this far beyond the data: a change of one held-out sample stays small
+REL_PAD = 0.05  # and 5% of the data's range
+EDGE_MARGIN = 0.02  # beyond a bound the data touches (a share of the axis), so that markers on it show whole
+DEFAULT_SMOOTHING = 0.8  # the EMA weight of --smoothing
+MIN_SMOOTHED_POINTS = 5  # a series with fewer points is drawn raw only
+
+
+def ema_smooth(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's scalar smoothing: an exponential moving average with weight ``weight`` on the past, debiased
+    (divided by ``1 - weight**n`` after n points) so that it starts at the first value rather than near zero.
+    ``weight`` 0 returns the values unchanged."""
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    smoothed, last = [], 0.0
+    for n, value in enumerate(values, start=1):
+        last = last * weight + (1.0 - weight) * value
+        smoothed.append(last / (1.0 - weight**n))
+    return smoothed
+
+
+def y_limits(values: list[float], bounds: tuple[float, float] | None = None, whole_range: bool = False,
+             min_pad: float = MIN_PAD) -> tuple[float, float] | None:
+    """A panel's y-range: the data with ``max(min_pad, REL_PAD * its range)`` either side, kept inside ``bounds``
+    (and still ``2 * min_pad`` tall when a bound cuts it), so that a change of one sample never fills the panel;
+    ``whole_range``: all of ``bounds`` (and any data beyond them).  A bound the range reaches gets a thin margin
+    past it.  None when there is nothing to fit."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite and not (whole_range and bounds):
+        return None
+    low_b, high_b = bounds or (-math.inf, math.inf)
+    if whole_range and bounds:
+        low, high = min([low_b, *finite]), max([high_b, *finite])
+    else:
+        pad = max(min_pad, REL_PAD * (max(finite) - min(finite)))
+        low, high = max(min(finite) - pad, low_b), min(max(finite) + pad, high_b)
+        if high - low < 2 * min_pad:  # cut by a bound: the height goes to the other side
+            if low <= low_b:
+                high = min(low + 2 * min_pad, high_b)
+            else:
+                low = max(high - 2 * min_pad, low_b)
+    margin = EDGE_MARGIN * (high - low)
+    return low - (margin if low <= low_b else 0.0), high + (margin if high >= high_b else 0.0)
+
+
+def distinct_colours(n: int) -> list[str]:
+    """``n`` different colours (hex): matplotlib's tab10 up to 10, tab20 (its ten dark shades, then the ten light
+    ones) up to 20, evenly spaced along ``turbo`` beyond."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    if n <= 10:
+        colours = colormaps["tab10"].colors[:n]
+    elif n <= 20:
+        tab20 = colormaps["tab20"].colors
+        colours = (tab20[0::2] + tab20[1::2])[:n]
+    else:
+        colours = [colormaps["turbo"](i / (n - 1)) for i in range(n)]
+    return [to_hex(c) for c in colours]
+
+
+def zero_throughout(values: list[float]) -> bool:
+    """A step metric that is 0 at every logged step (a GEC branch that never fired): left out of its panel and
+    legend, and named beside it."""
+    return bool(values) and all(v == 0 for v in values)
+
+
 @dataclass(frozen=True)
 class Panel:
     """One axes: every metric whose key matches a pattern, for every run.  A pattern's named group ``panel``
@@ -168,6 +243,12 @@ class Panel:
     ylabel: str = ""
     std_suffix: tuple[str, str] | None = None  # (mean, std) key endings: draw mean ± std as a band
     display: dict = field(default_factory=dict)  # line name -> legend text
+    bounds: tuple[float, float] | None = None  # where the values can lie (UNIT, NON_NEGATIVE): the y-axis stays in
+    whole_range: bool = False  # the y-axis spans all of ``bounds`` (accuracies)
+    overlay: bool = False  # a run's several lines share one axes with the other runs' (run: colour, line: dashes)
+    # logged every step: a smoothed line (--smoothing) over the faint raw one, and a series zero at every step is
+    # left out (validation points are drawn as measured: an accuracy of 0 is a result)
+    step_metric: bool = True
 
 
 @dataclass(frozen=True)
@@ -177,36 +258,46 @@ class Figure:
     panels: tuple[Panel, ...]
 
 
+# a data source and its greedy copy (``<source>@greedy``) in one panel; line "" is the sampled figure
+VAL_LINES = {"": "sampled", GREEDY_SUFFIX: "greedy"}
+_VAL_SOURCE = r"val-core/(?P<panel>.+?)(?P<line>" + re.escape(GREEDY_SUFFIX) + r")?"
+
 FIGURES = (
     Figure("training", "Training reward and accuracy", (
         # the score of the trained responses: with a 0/1 reward and GEC off, the training accuracy
         Panel("reward (mean score of the step's responses)", (r"critic/score/mean",), "reward"),
         # with GEC on the score is post-correction: the policy's own accuracy is gec/acc_before
-        Panel("accuracy (policy's own responses, before GEC)", (r"gec/acc_before",), "accuracy"),
+        Panel("accuracy (policy's own responses, before GEC)", (r"gec/acc_before",), "accuracy",
+              bounds=UNIT, whole_range=True),
     )),
-    Figure("validation", "Validation accuracy per data source", (
-        Panel("val {panel}", (r"val-core/(?P<panel>.+)/acc/(?P<line>mean@\d+)",), "accuracy"),
-        Panel("val {panel} (reward)", (r"val-core/(?P<panel>.+)/reward/(?P<line>mean@\d+)",), "reward"),
+    Figure("validation", "Validation accuracy per data source, sampled and greedy", (
+        Panel("val {panel}", (_VAL_SOURCE + r"/acc/mean@\d+",), "accuracy", display=VAL_LINES, bounds=UNIT,
+              whole_range=True, overlay=True, step_metric=False),
+        Panel("val {panel} (reward)", (_VAL_SOURCE + r"/reward/mean@\d+",), "reward", display=VAL_LINES,
+              overlay=True, step_metric=False),
     )),
     Figure("step_diagnostics", "Response entropy, advantage variance, collapsed groups", (
         Panel("response entropy (mean ± std over responses)", (r"verl_ext/response_entropy_(?P<line>mean)",),
-              "nats/token", std_suffix=("_mean", "_std")),
-        Panel("advantage variance (per response)", (r"verl_ext/adv_var",), "var"),
-        Panel("collapsed-group fraction (zero reward variance)", (r"verl_ext/collapsed_group_frac",), "fraction"),
+              "nats/token", std_suffix=("_mean", "_std"), bounds=NON_NEGATIVE),
+        Panel("advantage variance (per response)", (r"verl_ext/adv_var",), "var", bounds=NON_NEGATIVE),
+        Panel("collapsed-group fraction (zero reward variance)", (r"verl_ext/collapsed_group_frac",), "fraction",
+              bounds=UNIT),
         Panel("all-wrong groups before correction {panel}", (r"verl_ext/(?P<panel>.+)/groups_all_wrong_frac",),
-              "fraction of groups"),
+              "fraction of groups", bounds=UNIT),
     )),
     Figure("gepo", "GEPO: entropy thresholds, batch μ, attenuated fractions", (
         Panel("group entropy {panel}", (r"gepo/(?:(?P<panel>.+)/)?(?P<line>H_low|H_high|H_mean)",), "H",
               display={"H_mean": "batch μ", "H_low": "H_low (EMA)", "H_high": "H_high (EMA)"}),
         Panel("attenuated {panel}", (r"gepo/(?:(?P<panel>.+)/)?(?P<line>frac_pos_attenuated|frac_neg_attenuated)",),
-              "share of positive / negative advantages",
+              "share of positive / negative advantages", bounds=UNIT,
               display={"frac_pos_attenuated": "positives × α_low", "frac_neg_attenuated": "negatives × α_high"}),
     )),
     Figure("gec", "Guided Error Correction", (
-        Panel("branches per step", (r"gec/count/(?P<line>.+)",), "responses"),
-        Panel("accuracy before / after correction", (r"gec/acc_(?P<line>before|after)",), "accuracy"),
-        Panel("groups", (r"gec/(?P<line>groups_collapsed_before|groups_collapsed_after|groups_rescued)",), "groups"),
+        Panel("branches per step", (r"gec/count/(?P<line>.+)",), "responses", bounds=NON_NEGATIVE),
+        Panel("accuracy before / after correction", (r"gec/acc_(?P<line>before|after)",), "accuracy", bounds=UNIT,
+              whole_range=True),
+        Panel("groups", (r"gec/(?P<line>groups_collapsed_before|groups_collapsed_after|groups_rescued)",), "groups",
+              bounds=NON_NEGATIVE),
     )),
 )
 
@@ -215,7 +306,7 @@ FIGURES = (
 class Line:
     run: RunMetrics
     key: str
-    name: str  # within the panel ("" when the panel has one metric)
+    name: str  # within the panel ("" when the panel has one metric, or for a data source's sampled figure)
 
 
 def resolve_panels(panel: Panel, runs: list[RunMetrics]) -> list[tuple[str, list[Line]]]:
@@ -245,27 +336,74 @@ class Axes:
     title: str
     lines: list[Line]
     per_run: bool  # one run's several metrics (coloured by metric) rather than several runs (coloured by run)
+    line_colours: dict[str, str] | None = None  # line name -> colour, where the lines rather than the runs get them
+    ylim: tuple[float, float] | None = None  # shared along a row of one axes per run
+
+    @property
+    def drawn(self) -> list[Line]:
+        zero = {id(line) for line in self.zero}
+        return [line for line in self.lines if id(line) not in zero]
+
+    @property
+    def zero(self) -> list[Line]:
+        """The step metrics left out for being zero throughout."""
+        if not self.spec.step_metric:
+            return []
+        return [line for line in self.lines if zero_throughout(line.run.series(line.key)[1])]
+
+    def label(self, line: Line) -> str:
+        display = self.spec.display.get(line.name, line.name)
+        return display if self.per_run else line.run.label + (f" · {display}" if display else "")
+
+    def extent(self) -> list[float]:
+        """Every y value the drawn lines and their shaded bands reach."""
+        values = []
+        for line in self.drawn:
+            steps, ys = line.run.series(line.key)
+            values += ys
+            if isinstance(line.run, MethodMetrics) and len(line.run.runs) > 1:
+                _, low, high = line.run.spread(line.key)
+                values += low + high
+            elif self.spec.std_suffix:
+                band = _std_band(line, self.spec.std_suffix, steps, ys)
+                values += [v - s for _, v, s in band] + [v + s for _, v, s in band]
+        return values
 
 
 def layout(figure: Figure, runs: list[RunMetrics]) -> list[list[Axes]]:
     """Rows of axes.  A panel of one metric per run overlays the runs; a panel of several metrics per run (GEPO's
-    thresholds, GEC's branches) gets one axes per run, side by side in a row with a shared y range."""
+    thresholds, GEC's branches) gets one axes per run, side by side in a row with a shared y range, unless its spec
+    overlays them (a data source's sampled and greedy accuracy: runs in colours, the two in dashes).  The lines'
+    colours (by metric in a row of one run per axes, or in a one-run panel of several metrics; else by run) and the
+    y-ranges are fixed here, for the whole row."""
     rows = []
     for spec in figure.panels:
         for title, lines in resolve_panels(spec, runs):
-            if len({line.name for line in lines}) <= 1:
-                rows.append([Axes(spec, title, lines, per_run=False)])
-                continue
-            rows.append([Axes(spec, f"{title}: {run.label}", [ln for ln in lines if ln.run is run], per_run=True)
-                         for run in runs if any(ln.run is run for ln in lines)])
+            if spec.overlay or len({line.name for line in lines}) <= 1:
+                row = [Axes(spec, title, lines, per_run=False)]
+            else:
+                row = [Axes(spec, f"{title}: {run.label}", [ln for ln in lines if ln.run is run], per_run=True)
+                       for run in runs if any(ln.run is run for ln in lines)]
+            names = sorted({line.name for item in row for line in item.drawn})
+            if row[0].per_run or (len({id(line.run) for line in lines}) == 1 and len(names) > 1):
+                colours = dict(zip(names, distinct_colours(len(names))))
+                for item in row:
+                    item.line_colours = colours
+            ylim = y_limits([v for item in row for v in item.extent()], spec.bounds, spec.whole_range)
+            for item in row:
+                item.ylim = ylim
+            rows.append(row)
     return rows
 
 
-def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "") -> Path | None:
+def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "",
+                smoothing: float = DEFAULT_SMOOTHING) -> Path | None:
     """Write ``out_dir/<figure.name>.png``; None (nothing written) when no run logged any of its metrics.
 
     ``runs``: ``RunMetrics`` (one line each) or ``MethodMetrics`` (one line per method, the seeds' range shaded).
-    Legends sit outside the axes, right of each panel; ``note`` goes under the figure's title."""
+    A step metric's values are drawn faint under their EMA (``ema_smooth`` with weight ``smoothing``; 0: the raw
+    line only).  Legends sit outside the axes, right of each panel, with the series left out for being zero
+    throughout named under them; ``note`` goes under the figure's title."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless
@@ -280,41 +418,47 @@ def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "") -> Pa
         width = min(3, len(flat))
         rows = [flat[i: i + width] for i in range(0, len(flat), width)]
     fig, grid = plt.subplots(len(rows), width, figsize=(7.6 * width, 3.6 * len(rows)), squeeze=False)
-    run_colour = {run.label: f"C{i % 10}" for i, run in enumerate(runs)}
+    run_colour = dict(zip((run.label for run in runs), distinct_colours(len(runs))))
     styles = ["-", "--", ":", "-."]
+    smoothed = False
     for row, axes_row in zip(rows, grid):
-        shared = None
-        if len(row) > 1 and row[0].per_run and all(item.spec is row[0].spec for item in row):  # same quantities
-            values = [v for item in row for line in item.lines for v in line.run.series(line.key)[1]]
-            if values:
-                pad = 0.05 * (max(values) - min(values) or 1.0)
-                shared = (min(values) - pad, max(values) + pad)
         for item, ax in zip(row, axes_row):
             names = sorted({line.name for line in item.lines})
-            for line in item.lines:
+            for line in item.drawn:
                 steps, values = line.run.series(line.key)
-                display = item.spec.display.get(line.name, line.name)
-                if item.per_run:
-                    colour, style, label = f"C{names.index(line.name) % 10}", "-", display
-                else:
-                    colour, style = run_colour[line.run.label], styles[names.index(line.name) % len(styles)]
-                    label = line.run.label + (f" · {display}" if display else "")
+                colour = item.line_colours[line.name] if item.line_colours else run_colour[line.run.label]
+                style = "-" if item.per_run else styles[names.index(line.name) % len(styles)]
                 marker = "o" if len(steps) <= 20 else None
-                ax.plot(steps, values, style, color=colour, label=label, marker=marker, markersize=3)
+                if smoothing > 0 and item.spec.step_metric and len(steps) >= MIN_SMOOTHED_POINTS:
+                    ax.plot(steps, values, style, color=colour, marker=marker, markersize=2, linewidth=0.8, alpha=0.3)
+                    ax.plot(steps, ema_smooth(values, smoothing), style, color=colour, label=item.label(line))
+                    smoothed = True
+                else:
+                    ax.plot(steps, values, style, color=colour, label=item.label(line), marker=marker, markersize=3)
                 if isinstance(line.run, MethodMetrics) and len(line.run.runs) > 1:
                     band_steps, low, high = line.run.spread(line.key)
                     ax.fill_between(band_steps, low, high, color=colour, alpha=0.15, linewidth=0)
                 elif item.spec.std_suffix:
-                    _draw_std_band(ax, line, item.spec.std_suffix, steps, values, colour)
-            if shared:
-                ax.set_ylim(*shared)
+                    band = _std_band(line, item.spec.std_suffix, steps, values)
+                    if band:
+                        ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band],
+                                        [b[1] + b[2] for b in band], color=colour, alpha=0.15, linewidth=0)
+            if item.ylim:
+                ax.set_ylim(*item.ylim)
             ax.set_title(item.title, fontsize=9)
             ax.set_xlabel("step")
             ax.set_ylabel(item.spec.ylabel)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+            if item.drawn:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+            if item.zero:
+                ax.text(1.01, 0.0, "zero throughout (not drawn):\n" + "\n".join(item.label(ln) for ln in item.zero),
+                        transform=ax.transAxes, fontsize=7, va="bottom", ha="left", color="0.35")
         for ax in axes_row[len(row):]:
             ax.set_visible(False)
+    if smoothed:
+        note += ("\n" if note else "") + (f"faint: each step's value; solid: its EMA (weight {smoothing}, debiased, "
+                                          "as TensorBoard smooths; --smoothing 0: off)")
     fig.suptitle(figure.title + (f"\n{note}" if note else ""), fontsize=11)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -324,13 +468,11 @@ def draw_figure(figure: Figure, runs: list, out_dir: Path, note: str = "") -> Pa
     return path
 
 
-def _draw_std_band(ax, line: Line, suffixes: tuple[str, str], steps, values, colour) -> None:
+def _std_band(line: Line, suffixes: tuple[str, str], steps, values) -> list[tuple[int, float, float]]:
+    """(step, mean, std) at the steps where the run also logged the mean's ``std`` partner key."""
     std_steps, stds = line.run.series(line.key[: -len(suffixes[0])] + suffixes[1])
     std_of = dict(zip(std_steps, stds))
-    band = [(s, v, std_of[s]) for s, v in zip(steps, values) if s in std_of]
-    if band:
-        ax.fill_between([b[0] for b in band], [b[1] - b[2] for b in band], [b[1] + b[2] for b in band],
-                        color=colour, alpha=0.15, linewidth=0)
+    return [(s, v, std_of[s]) for s, v in zip(steps, values) if s in std_of]
 
 
 # ---- summary table -------------------------------------------------------------------------------------------------
@@ -430,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=10, help="steps averaged in the summary table (default 10)")
     parser.add_argument("--by-method", action="store_true",
                         help="also a table with one row per method (runs named <method>_seed<N>), mean over seeds")
+    parser.add_argument("--smoothing", type=float, default=DEFAULT_SMOOTHING,
+                        help="weight of the moving average drawn over each step metric, in [0, 1), as TensorBoard's "
+                             f"smoothing (default {DEFAULT_SMOOTHING}; 0: each step's value only)")
     parser.add_argument("--samples", action="store_true",
                         help="also OUT/samples.html: examples of GEC's edits from the run's rollout dump "
                              "(trainer.rollout_data_dir inside RUN, or RUN is that folder)")
@@ -443,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
+    if not 0 <= args.smoothing < 1:
+        parser.error(f"--smoothing must be in [0, 1) (0: off, e.g. {DEFAULT_SMOOTHING}), got {args.smoothing}")
     if args.examples < 1 or args.max_chars < 50:
         parser.error(f"--examples must be >= 1 and --max-chars >= 50, got {args.examples}, {args.max_chars}")
     try:
@@ -476,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         drawn = group_by_method(runs)
         note = "one line per method: mean over its seeds, shaded: the seeds' range (min-max)"
     for figure in FIGURES:
-        path = draw_figure(figure, drawn, out, note)
+        path = draw_figure(figure, drawn, out, note, args.smoothing)
         print(f"wrote {path}" if path else f"skipped {figure.name}.png: no run logged its metrics")
     table = summary_table(runs, args.last)
     if args.by_method:
