@@ -36,18 +36,33 @@ def _toy_assets(task: str | None = None, train_sources: tuple[str, ...] | None =
     return build_toy_assets(task=task or DEFAULT_TASK, train_sources=train_sources)
 
 
-def _toy_value(key: str, task: str | None = None, *, _root_) -> str:
+def _toy_value(key: str, task: str | None = None, *, _root_) -> str | float:
+    if key == TOY_RL_LR:  # a number of the toy's specs, not a file: nothing is built for it
+        return toy_rl_lr(task)
     sources = OmegaConf.select(_root_, TOY_TRAIN_SOURCES, default=None)
     if OmegaConf.is_config(sources):
         sources = OmegaConf.to_container(sources)
     return getattr(_toy_assets(task, tuple(sources) if isinstance(sources, list) else sources), key)
 
 
+def toy_rl_lr(task: str | None = None) -> float:
+    """The toy task's RL learning rate (``verl_ext.toy.designs.TASK_LR``; default: the default toy's)."""
+    from verl_ext.toy.build import DEFAULT_TASK
+    from verl_ext.toy.designs import TASK_LR
+
+    task = task or DEFAULT_TASK
+    if task not in TASK_LR:
+        raise ValueError(f"${{verl_ext_toy:{TOY_RL_LR},{task}}}: toy task {task!r} must be one of {list(TASK_LR)}")
+    return TASK_LR[task]
+
+
 # ${verl_ext_toy:model_path} etc.: the embedded task's files, built on first use and cached (hydra_configs/toy_cpu.yaml);
 # ${verl_ext_toy:model_path,add}: those of the first toy task (hydra_configs/toy/add.yaml, `+toy=add`);
+# ${verl_ext_toy:rl_lr}: the task's RL learning rate (verl_ext.toy.designs.TASK_LR; nothing is built for it);
 # ${verl_ext_toy:train_parquet} holds only the data sources of `+toy.train_sources=[...]` when that is set
 OmegaConf.register_new_resolver("verl_ext_toy", _toy_value, replace=True)
 TOY_TRAIN_SOURCES = "toy.train_sources"
+TOY_RL_LR = "rl_lr"
 TOY_OPTIONS = ("train_sources",)  # the keys of the `toy` node (none of them in the config unless set with `+toy.`)
 _TOY_TRAIN_FILES = re.compile(r"^\$\{verl_ext_toy:\s*train_parquet\s*(?:,\s*(\w+)\s*)?\}$")
 

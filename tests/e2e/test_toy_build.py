@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from verl_ext.toy import build as toy_build
-from verl_ext.toy import designs, search
+from verl_ext.toy import designs
 
 pytestmark = pytest.mark.e2e
-PICK_CHECKED = 2 * search.SELECT_CHUNK  # the first candidates of the pick, redone here (the whole pick is ~13 min)
+PICK_CHECKED = 2 * toy_build.SELECT_CHUNK  # the first candidates of the pick, redone here (the whole pick is ~13 min)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def warmed(tmp_path_factory):
     torch.set_num_threads(1)  # as the build: single-threaded, one machine repeats it bit for bit
     try:
         with torch.random.fork_rng(devices=[]):
-            model, sft = toy_build.warm_up(toy_build.reason_cell(toy_build.DEFAULT_TASK), tok)
+            model, sft = toy_build.warm_up(designs.reason_cell(toy_build.DEFAULT_TASK), tok)
         model.save_pretrained(str(out), safe_serialization=True)
         yield model, tok, sft, out
     finally:
@@ -54,15 +54,15 @@ def test_the_warm_up_and_the_pick_reproduce_the_packaged_ones(warmed, record):
     import torch
 
     model, tok, sft, out = warmed
-    assert sft["sft_steps"] == toy_build.reason_cell(toy_build.DEFAULT_TASK).recipe["steps"]
+    assert sft["sft_steps"] == designs.reason_cell(toy_build.DEFAULT_TASK).recipe["steps"]
     if record.get("cpu") != toy_build.cpu_signature():
         pytest.skip(f"packaged weights built on {record.get('cpu')}, this machine is {toy_build.cpu_signature()}: "
                     "other SIMD kernels may round differently (the packaged weights are what every machine uses)")
     assert toy_build.weights_sha256(out) == record["weights_sha256"]
-    design = toy_build.reason_cell(toy_build.DEFAULT_TASK).design
+    design = designs.reason_cell(toy_build.DEFAULT_TASK).design
     torch.set_num_threads(1)
     with torch.no_grad():
-        got = search.select_unsolved(model, tok, design, toy_build.SEED, limit=PICK_CHECKED)
+        got = toy_build.select_unsolved(model, tok, design, toy_build.SEED, limit=PICK_CHECKED)
     tried = set(designs.hard_candidates(design)[:PICK_CHECKED])
     picked_there = sorted(tuple(o) for o in record["hard_split"]["val"] if tuple(o) in tried)
     assert got["val"] and [tuple(o) for o in got["val"]] == picked_there

@@ -17,6 +17,7 @@ import pytest
 
 from verl_ext.toy import ToyAssets, build_toy_assets
 from verl_ext.toy import build as toy_build
+from verl_ext.toy import designs as toy_designs
 from verl_ext.toy import task as toy_task
 
 TEXTS = ["3+4=?", "hello world", "  two  spaces\nnew\n\nlines\ttab ", "\n", " ", "naïve 中文 ünï", "<think>x</think>"]
@@ -242,7 +243,7 @@ def reason_builds(tmp_path_factory):
     """Two builds of the first reasoning task (chain6, short warm-up) into two caches: the second must repeat the
     first."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, **SHORT_SFT})
+    mp.setattr(toy_designs, "REASON_SFT", {**toy_designs.REASON_SFT, **SHORT_SFT})
     try:
         a = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_a"), verbose=False, task="chain6")
         b = build_toy_assets(cache_dir=tmp_path_factory.mktemp("reason_b"), verbose=False, task="chain6")
@@ -273,7 +274,7 @@ def test_two_builds_give_identical_weights(reason_builds):
 
 
 def test_build_prints_fingerprint_and_step0(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(toy_build, "REASON_SFT", {**toy_build.REASON_SFT, "steps": 2, "examples": 50})
+    monkeypatch.setattr(toy_designs, "REASON_SFT", {**toy_designs.REASON_SFT, "steps": 2, "examples": 50})
     assets = build_toy_assets(cache_dir=tmp_path, verbose=True, task="chain6")
     out = capsys.readouterr().out
     assert assets.stats["fingerprint"] in out and assets.stats["weights_sha256"][:12] in out

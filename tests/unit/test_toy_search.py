@@ -25,9 +25,9 @@ def test_the_first_reasoning_toys_recipe_is_unchanged():
     assert record["fingerprint"] == build._fingerprint("chain6") == "c65dfcf2a4"
     split = designs.split_for("chain6")
     assert split == reason.split_problems()
-    assert designs.warmup_examples(designs.DESIGNS["chain6"], split) == build.reason_warmup_examples(split)
-    cell = search.parse_cell("chain6/h64l2")
-    assert cell.model_kw == build._model.MODEL_KW and cell.recipe == build.REASON_SFT
+    assert designs.warmup_examples(designs.DESIGNS["chain6"], split) == designs.reason_warmup_examples(split)
+    cell = designs.parse_cell("chain6/h64l2")
+    assert cell.model_kw == designs.MODEL_KW and cell.recipe == designs.REASON_SFT
     assert cell.n_params() == record["n_params"]
     assert reason.make_rows(split=split) == reason.make_rows()
 
@@ -77,7 +77,7 @@ def test_each_design_prompts_and_solutions(name):
     assert len(train) == 3000 and sum(r["data_source"] == hard for r in train) == designs.N_TRAIN_HARD
     assert {r["data_source"] for r in val} == {s + g for s in split.val for g in ("", "@greedy")}
     # the warm-up: the design's share of its family, the rest as today's
-    recipe = {**build.REASON_SFT, "examples": 4000}
+    recipe = {**designs.REASON_SFT, "examples": 4000}
     shares = search._warmup_shares(designs.warmup_examples(design, split, recipe), split)
     if design.warmup_share:
         assert abs(shares[design.warmup_source] - design.warmup_share) < 0.015
@@ -86,22 +86,22 @@ def test_each_design_prompts_and_solutions(name):
 
 
 def test_cell_specs():
-    cell = search.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3")
+    cell = designs.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3")
     assert cell.design.warmup_share == 0.02 and cell.design.label == "twodigit@0.02"
     assert cell.model_kw["num_attention_heads"] == 4 and cell.model_kw["num_key_value_heads"] == 2
     assert cell.model_kw["intermediate_size"] == 256 and cell.recipe["steps"] == 1500 and cell.recipe["lr"] == 2e-3
     assert "/" not in cell.name
     assert cell.rl_lr == 2e-4  # the controls mirror the toy's RL run unless the cell says otherwise
-    slow = search.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3,rl_lr=5e-5")
+    slow = designs.parse_cell("twodigit@0.02/h128l4:steps=1500,lr=2e-3,rl_lr=5e-5")
     assert slow.rl_lr == 5e-5 and slow.recipe == cell.recipe and slow.warmup_key == cell.warmup_key
-    assert search.parse_cell("twodigit/h128l4:steps=1500,lr=2e-3").warmup_key != cell.warmup_key
-    strict = search.parse_cell("chain5_unsolved@0.05/h128l2:unsolved_of=32,rl_lr=3e-5")
+    assert designs.parse_cell("twodigit/h128l4:steps=1500,lr=2e-3").warmup_key != cell.warmup_key
+    strict = designs.parse_cell("chain5_unsolved@0.05/h128l2:unsolved_of=32,rl_lr=3e-5")
     assert strict.design.unsolved_of == 32 and strict.design.label == "chain5_unsolved@0.05(k=32)"
-    assert strict.warmup_key != search.parse_cell("chain5_unsolved@0.05/h128l2").warmup_key  # its own selection
+    assert strict.warmup_key != designs.parse_cell("chain5_unsolved@0.05/h128l2").warmup_key  # its own selection
     for bad in ("twodigit", "nope/h64l2", "chain6/h64", "chain6/h64l2:foo=1", "chain6@0.1/h64l2",
                 "chain6/h64l2:unsolved_of=8", "chain5_unsolved/h64l2:unsolved_of=0"):
         with pytest.raises(ValueError):
-            search.parse_cell(bad)
+            designs.parse_cell(bad)
 
 
 def test_precomputed_prompts_are_the_ones_verl_draws():
@@ -141,13 +141,13 @@ def test_a_selecting_design_takes_the_unsolved_candidates(name, monkeypatch):
         return [{"text": f"#{t if t % 3 else t + 1}"} for t in sums]
 
     monkeypatch.setattr("verl_ext.toy.model.sample_responses", fake_sample)
-    chosen = search.select_unsolved(None, None, design, seed=1)
+    chosen = build.select_unsolved(None, None, design, seed=1)
     unsolved = [o for o in candidates if sum(o) % 3 == 0]
     want = reason.N_VAL + designs.N_TRAIN_HARD
     assert chosen["val"] + chosen["train"] == sorted(unsolved[:reason.N_VAL]) + sorted(unsolved[reason.N_VAL:want])
     # each chunk: one greedy reply per candidate, then k samples of each greedy-wrong one
-    assert calls[0] == search.SELECT_CHUNK and calls[1] == design.unsolved_of * sum(
-        sum(o) % 3 == 0 for o in candidates[:search.SELECT_CHUNK])
+    assert calls[0] == build.SELECT_CHUNK and calls[1] == design.unsolved_of * sum(
+        sum(o) % 3 == 0 for o in candidates[:build.SELECT_CHUNK])
     assert 0.2 < chosen["unsolved_share"] < 0.5
     split = designs.split_for(design, chosen=chosen)
     assert split.val[design.source] == chosen["val"] and len(split.train[design.source]) == designs.N_TRAIN_HARD
@@ -161,7 +161,7 @@ def test_a_selecting_design_takes_the_unsolved_candidates(name, monkeypatch):
                         lambda model, tok, prompts, *a, **k: [{"text": f"#{sum(map(int, p[:-1].split('+')))}"}
                                                               for p in prompts])
     with pytest.raises(ValueError, match="solves this family too well"):
-        search.select_unsolved(None, None, design, seed=1)
+        build.select_unsolved(None, None, design, seed=1)
 
 
 def test_criteria():
@@ -243,17 +243,23 @@ def test_the_default_toy_is_the_searchs_cell():
     reasoning toy (``chain6``, ``+toy=chain6``) keeps its fingerprint (and so its packaged weights) and its own rate."""
     import yaml
 
-    from verl_ext.toy import sft_control
+    from verl_ext.main import toy_rl_lr
 
     assert build.DEFAULT_TASK == "chain5_unsolved"
-    cell = build.reason_cell("chain5_unsolved")
+    cell = designs.reason_cell("chain5_unsolved")
     assert cell.design.unsolved_of == 32 and cell.design.warmup_share == 0.05 and cell.size == "h128l2"
-    assert build.reason_cell("chain6").design == designs.DESIGNS["chain6"]
+    assert designs.reason_cell("chain6").design == designs.DESIGNS["chain6"]
     assert build._fingerprint("chain6") == "c65dfcf2a4" and build._fingerprint("chain5_unsolved") != "c65dfcf2a4"
-    for task, path in (("chain5_unsolved", "toy_cpu.yaml"), ("chain6", "toy/chain6.yaml")):
+    # each toy's config reads its learning rate from designs.TASK_LR, the one copy (2e-5: the search's pick)
+    for task, path, ref in (("chain5_unsolved", "toy_cpu.yaml", "${verl_ext_toy:rl_lr}"),
+                            ("chain6", "toy/chain6.yaml", "${verl_ext_toy:rl_lr,chain6}"),
+                            ("add", "toy/add.yaml", "${verl_ext_toy:rl_lr,add}")):
         with open(ROOT / "hydra_configs" / path) as f:
-            lr = yaml.safe_load(f)["actor_rollout_ref"]["actor"]["optim"]["lr"]
-        assert float(lr) == sft_control.TASK_LR[task], task
+            assert yaml.safe_load(f)["actor_rollout_ref"]["actor"]["optim"]["lr"] == ref, path
+        assert toy_rl_lr(None if task == build.DEFAULT_TASK else task) == designs.TASK_LR[task]
+    assert designs.TASK_LR["chain5_unsolved"] == 2e-5 and designs.TASK_LR["chain6"] == 2e-4
+    with pytest.raises(ValueError, match="toy task 'nope'"):
+        toy_rl_lr("nope")
     assert build.check_train_sources(["toy_chain5"], "chain5_unsolved") == ("toy_chain5",)
     with pytest.raises(ValueError, match="picked by its build"):
         build.reason_split("chain5_unsolved", {})

@@ -1,7 +1,7 @@
 """Build (or reuse) the cached toy assets: tiny Qwen2 + tokenizer, RL parquets, reward file.
 
 Three tasks. Two reasoning tasks (``reason.py``: step-by-step additions with a marked final answer, three data
-sources; ``REASON_TASKS``, ``designs.py``): ``chain5_unsolved``, the default, whose hard split is five-digit chains
+sources; their cells ``designs.REASON_TASKS``): ``chain5_unsolved``, the default, whose hard split is five-digit chains
 its warmed-up model does not solve, and ``chain6``, the first reasoning toy, whose hard split is six-digit chains the
 warm-up never shows. And ``add`` (the first toy, ``task.py``: one- and two-digit sums answered at once). The builds
 are deterministic on one machine: a fixed seed, a single-threaded warm-up of a fixed length (the reasoning tasks;
@@ -12,7 +12,12 @@ The reasoning tasks' warmed-up weights ship in the package (``weights/<task>-<fi
 for ``chain5_unsolved``, 364 KB for ``chain6``, with the record of the build that made them and, for a selecting
 design, the hard split it picked): a build for that fingerprint copies them instead of warming up, so every machine
 starts from the same bits, whatever its CPU rounds differently. ``from_scratch=True`` (``python -m verl_ext.toy
---from-scratch``) runs the warm-up (and the pick) instead; a changed recipe (another fingerprint) always does.
+--from-scratch``) runs the warm-up (and the pick, ``select_unsolved``) instead; a changed recipe (another
+fingerprint) always does.
+
+The runtime: ``python -m verl_ext.main`` builds the toy through this module, which reads the specs (``designs.py``),
+the model (``model.py``) and the task data (``reason.py``, ``task.py``, ``tokenizer.py``); it never imports the
+research tools (``sft_control.py``, ``search.py``), which import it.
 """
 
 from __future__ import annotations
@@ -27,19 +32,15 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from . import designs
 from . import model as _model
 from . import reason as _reason
 from . import task as _task
+from .designs import REASON_TASKS, SEED
 
 BUILD_VERSION = "2"  # add task -- 2: two- and three-operand prompts, greedy validation rows
 REASON_VERSION = "1"
-SEED = 0
-# The reasoning tasks: a hard-split design and a model size (``search.parse_cell``'s spec; the warm-up recipe
-# ``REASON_SFT`` unless the spec overrides it). ``chain5_unsolved``, the default, is the design search's pick:
-# five-digit chains the warmed-up model does not solve; ``chain6`` the first design, hard by an unseen length
-# (docs/toy.md).
-REASON_TASKS = {"chain5_unsolved": "chain5_unsolved@0.05/h128l2:unsolved_of=32", "chain6": "chain6/h64l2"}
-TASKS = ("chain5_unsolved", "chain6", "add")
+TASKS = (*REASON_TASKS, "add")  # the reasoning toys (designs.REASON_TASKS), then the first toy
 DEFAULT_TASK = "chain5_unsolved"
 REWARD_NAME = "compute_score"
 _REASON_REWARD = str(Path(__file__).with_name("reason_reward.py").resolve())
@@ -52,12 +53,8 @@ TASK_SOURCES = {"chain5_unsolved": (_reason.DATA_SOURCE_CHAIN, _reason.DATA_SOUR
                 "add": (_task.DATA_SOURCE_ONE, _task.DATA_SOURCE_TWO)}
 TRAIN_SOURCES_KEY = "toy.train_sources"
 _MANIFEST = "manifest.json"
-
-# The reasoning task's warm-up: a fixed number of steps (the same toy on every run of a machine, whatever its speed).
-# mix_bag: share of toy_bag among the warm-up examples (the rest toy_chain); fix: share of wrong-attempt + cue +
-# correct-solution examples (loss on the cue and the solution only), which teaches what follows the cue.
-REASON_SFT = {"steps": 1000, "lr": 4e-3, "batch": 64, "examples": 8000, "mix_bag": 0.5, "fix": 0.2}
 EVAL_MAX_TOKENS = 64
+SELECT_CHUNK = 500  # candidates tried at once when a design picks its hard split
 SHIPPED_DIR = Path(__file__).with_name("weights")
 
 
@@ -80,32 +77,24 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/verl_ext/toy").expanduser()
 
 
-def reason_cell(task: str):
-    """The design, model size and warm-up recipe of a reasoning task (``REASON_TASKS``), as a search cell."""
-    from .search import parse_cell
-
-    return parse_cell(REASON_TASKS[task])
-
-
 def _fingerprint(task: str = DEFAULT_TASK) -> str:
     if task in REASON_TASKS and task != "chain6":
         from dataclasses import asdict
 
-        from . import designs
-
-        cell = reason_cell(task)
+        cell = designs.reason_cell(task)
         spec = {"task": task, "v": REASON_VERSION, "seed": SEED, "model": cell.model_kw, "sft": cell.recipe,
                 "design": asdict(cell.design), "candidates": designs.N_CANDIDATES,
                 "split": [_reason.SPLIT_SEED, _reason.N_VAL, designs.N_TRAIN_HARD, _reason.VAL_SAMPLES]}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     if task == "chain6":  # "reason", its name when it was the default: kept, so its fingerprint stays c65dfcf2a4
-        spec = {"task": "reason", "v": REASON_VERSION, "seed": SEED, "model": _model.MODEL_KW, "sft": REASON_SFT,
+        spec = {"task": "reason", "v": REASON_VERSION, "seed": SEED, "model": designs.MODEL_KW,
+                "sft": designs.REASON_SFT,
                 "split": [_reason.SPLIT_SEED, _reason.N_VAL, _reason.N_TRAIN, _reason.VAL_SAMPLES]}
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     spec = {
         "v": BUILD_VERSION,
         "seed": SEED,
-        "model": _model.MODEL_KW,
+        "model": designs.MODEL_KW,
         "sft": [_model.SFT_LR, _model.SFT_BATCH, _model.SFT_MAX_STEPS, _model.SFT_TARGET_ACC, _model.SFT_EVAL_EVERY],
         "split": [_task.SPLIT_SEED, _task.N_VAL_ONE_DIGIT, _task.N_TRAIN_TWO_DIGIT, _task.N_VAL_TWO_DIGIT,
                   _task.VAL_SAMPLES],
@@ -183,34 +172,6 @@ def ship_weights(assets: ToyAssets) -> Path:
     return stem.with_suffix(".safetensors")
 
 
-def reason_warmup_examples(split, seed: int = SEED, recipe: dict | None = None, extra_source: str | None = None,
-                           extra_share: float = 0.0) -> list[tuple[str, str, str]]:
-    """(prompt, context, target) triples of the reasoning task's warm-up (``recipe``, default ``REASON_SFT``),
-    deterministic. ``extra_source`` (a family of ``split.warmup`` beside ``toy_chain`` and ``toy_bag``: a hard-split
-    design's, ``designs.py``) takes ``extra_share`` of the examples, written left to right as ``toy_chain``'s; with
-    none (the default) the examples are the default recipe's, draw for draw."""
-    import random
-
-    recipe = REASON_SFT if recipe is None else recipe
-    rng = random.Random(seed)
-    out = []
-    for _ in range(recipe["examples"]):
-        if extra_source is not None and rng.random() < extra_share:
-            source = extra_source
-        else:
-            source = _reason.DATA_SOURCE_BAG if rng.random() < recipe["mix_bag"] else _reason.DATA_SOURCE_CHAIN
-        ops = rng.choice(split.warmup[source])
-        prompt = _reason.prompt_text(source, ops)
-        order = _reason.random_order(ops, rng) if source == _reason.DATA_SOURCE_BAG else None
-        if rng.random() < recipe["fix"]:
-            wrong_order = _reason.random_order(ops, rng) if order is not None else None
-            out.append((prompt, _reason.wrong_attempt(source, ops, rng, wrong_order) + _reason.CUE,
-                        _reason.solution(source, ops, order=order)))
-        else:
-            out.append((prompt, "", _reason.solution(source, ops, order=order)))
-    return out
-
-
 def reason_step0_figures(model, tok, split, seed: int = SEED, group_samples: int = 0,
                          n_val: int | None = None) -> dict:
     """Per data source of ``split`` (its order), on the held-out prompts: sampled (T = 1) and greedy accuracy, median
@@ -271,9 +232,7 @@ def reason_step0_figures(model, tok, split, seed: int = SEED, group_samples: int
 def reason_split(task: str, stats: dict | None = None):
     """A reasoning task's split (``reason.Split``): its design's, with the hard split its build picked (``stats``:
     the build's manifest or the packaged record, which hold it as ``hard_split``) for a selecting design."""
-    from . import designs
-
-    design = reason_cell(task).design
+    design = designs.reason_cell(task).design
     if not design.unsolved_of:
         return designs.split_for(design)
     chosen = (stats or {}).get("hard_split")
@@ -283,10 +242,8 @@ def reason_split(task: str, stats: dict | None = None):
 
 
 def warm_up(cell, tok, device: str = "cpu") -> tuple:
-    """A reasoning cell's model (``reason_cell``, ``search.parse_cell``) warmed up from scratch on its design's
-    warm-up examples with its recipe, seeded with ``SEED``: (the model, the warm-up's record)."""
-    from . import designs
-
+    """A reasoning cell's model (``designs.reason_cell``, ``designs.parse_cell``) warmed up from scratch on its
+    design's warm-up examples with its recipe, seeded with ``SEED``: (the model, the warm-up's record)."""
     split = designs.split_for(cell.design, warmup_only=True)
     examples = designs.warmup_examples(cell.design, split, cell.recipe)
     model = _model.create_model(tok, seed=SEED, model_kw=cell.model_kw).to(device)
@@ -295,17 +252,48 @@ def warm_up(cell, tok, device: str = "cpu") -> tuple:
     return model, sft
 
 
+def select_unsolved(model, tok, design: designs.HardDesign, seed: int, limit: int | None = None) -> dict:
+    """A selecting design's hard split: its candidates in order, kept when the greedy reply is wrong and so is each of
+    ``design.unsolved_of`` T = 1 samples (the held-out figures' budget), until ``N_VAL`` held-out and
+    ``N_TRAIN_HARD`` RL prompts are found. Returns them with the share of candidates kept. ``limit``: try only the
+    first ``limit`` candidates (a multiple of ``SELECT_CHUNK``) and return what they give: a check of a pick's start."""
+    k, want_val = design.unsolved_of, _reason.N_VAL
+    want = want_val + designs.N_TRAIN_HARD
+    candidates = designs.hard_candidates(design)[:limit]
+    kept, tried = [], 0
+    def right(ops, text):
+        return _reason.final_answer(text) == str(_reason.answer(ops))
+
+    while len(kept) < want and tried < len(candidates):
+        chunk = candidates[tried:tried + SELECT_CHUNK]
+        greedy = _model.sample_responses(model, tok, [_reason.prompt_text(design.source, o) for o in chunk],
+                                         EVAL_MAX_TOKENS, 0.0, seed=0)
+        chunk = [o for o, g in zip(chunk, greedy) if not right(o, g["text"])]
+        prompts = [_reason.prompt_text(design.source, o) for o in chunk for _ in range(k)]
+        outs = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed * 1_000_003 + tried) \
+            if chunk else []
+        kept += [ops for i, ops in enumerate(chunk) if not any(right(ops, o["text"]) for o in outs[i * k:(i + 1) * k])]
+        tried += SELECT_CHUNK
+    if len(kept) < want and limit is None:
+        raise ValueError(f"{design.name}: only {len(kept)} of {len(candidates)} candidates unsolved in {k} samples "
+                         f"({want} needed): the warm-up solves this family too well for a hard split")
+    tried = min(tried, len(candidates))
+    share = round(len(kept) / tried, 4)
+    kept = kept[:want]
+    return {"val": sorted(kept[:want_val]), "train": sorted(kept[want_val:]), "tried": tried,
+            "unsolved_share": share, "samples": k}
+
+
 def _build_reason_into(out: Path, verbose: bool, from_scratch: bool = False, task: str = DEFAULT_TASK) -> dict:
     import torch
 
-    from .search import select_unsolved
     from .tokenizer import save_tokenizer
 
     t0 = time.time()
     model_dir = out / "model"
     model_dir.mkdir(parents=True)
     tok = save_tokenizer(model_dir)
-    cell = reason_cell(task)
+    cell = designs.reason_cell(task)
     design = cell.design
     shipped = None if from_scratch else shipped_weights(task)
     extra = {} if task == "chain6" else {"design": REASON_TASKS[task]}

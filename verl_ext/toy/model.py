@@ -7,19 +7,7 @@ import time
 
 import torch
 
-# Head size 32 (2 query heads, 1 KV head): vLLM's CPU attention supports head sizes 32, 64, 80, ... but not 16, so
-# the same model serves the `hf` and the `vllm` rollout backends (same parameter count as 4 heads / 2 KV heads of 16).
-MODEL_KW = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=128,
-    tie_word_embeddings=True,
-    rms_norm_eps=1e-6,
-    rope_theta=10000.0,
-)
+from .designs import MODEL_KW
 
 # SFT warm-up. A first prototype's recipe was AdamW lr 3e-3, batch 32, 160 steps; with
 # this ChatML prompt that recipe plateaus at chance (acc@T1 0.12, entropy 2.2 after 160 steps;
@@ -35,7 +23,7 @@ SFT_EVAL_EVERY = 10
 
 
 def create_model(tokenizer, seed: int, model_kw: dict | None = None):
-    """A fresh Qwen2 of ``MODEL_KW`` (or ``model_kw``: another size, e.g. a cell of ``search.py``), seeded."""
+    """A fresh Qwen2 of ``MODEL_KW`` (``designs.py``; or ``model_kw``: another size, a cell's), seeded."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(

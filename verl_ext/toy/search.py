@@ -1,9 +1,10 @@
 """``python -m verl_ext.toy.search``: the reasoning toy's model size x hard-split design search (docs/toy.md, "Design
 search"), by the testbed's own criteria, before any RL run.
 
-A cell is a hard-split design (``designs.py``; ``NAME[@SHARE]``) and a model size (``h<hidden>l<layers>``, optional
-``a<heads>k<kv heads>i<intermediate>``; default heads of size 32, half as many KV heads, intermediate 2 x hidden), with
-the warm-up recipe ``build.REASON_SFT`` unless the spec overrides it (``twodigit/h128l4:steps=1500,lr=2e-3``). Per
+A cell (``designs.parse_cell``) is a hard-split design (``designs.py``; ``NAME[@SHARE]``) and a model size
+(``h<hidden>l<layers>``, optional ``a<heads>k<kv heads>i<intermediate>``; default heads of size 32, half as many KV
+heads, intermediate 2 x hidden), with the warm-up recipe ``designs.REASON_SFT`` unless the spec overrides it
+(``twodigit/h128l4:steps=1500,lr=2e-3``). Per
 cell, from scratch: the warm-up, the step-0 figures per family (``build.reason_step0_figures`` with 8-sample groups),
 then the supervised control (``sft_control.sft_on_solutions``, 60 steps, the RL run's prompts) on the hard split's
 solutions alone and on every family's, seeds 1 2 3, with the figures after each; then criteria a, b, c:
@@ -35,10 +36,10 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import designs, reason
+from . import build, designs, reason
+from .designs import Cell, parse_cell
 
 PROMPTS_FILE = Path(__file__).with_name("search_prompts.json")
 SEEDS = (1, 2, 3)
@@ -48,81 +49,9 @@ GROUP_SAMPLES = 8
 QUICK = {"warmup_steps": 50, "sft_steps": 5, "n_val": 20}
 DEFAULT_SIZES = ("h64l2", "h128l2", "h128l4", "h256l4")
 DEFAULT_CELLS = tuple(f"{d}/{s}" for s in DEFAULT_SIZES for d in designs.DESIGNS)
-RECIPE_KEYS = {"steps": int, "lr": float, "batch": int, "examples": int, "mix_bag": float, "fix": float}
-CONTROL_KEYS = {"rl_lr": float}  # the RL run's learning rate, which the controls mirror (default sft_control.LR)
-DESIGN_KEYS = {"unsolved_of": int}  # a selecting design's samples per candidate
-SELECT_CHUNK = 500  # candidates tried at once when a design picks its hard split
 EASY, BAG = reason.DATA_SOURCE_CHAIN, reason.DATA_SOURCE_BAG
 # the criteria's thresholds (docs/toy.md, "Design search")
 EASY_MIN, ENTROPY_RATIO, HARD_MAX, ALL_WRONG_MIN, LEN_TOL, DROP_TOL, HARD_GAIN = 0.80, 5.0, 0.05, 0.70, 0.10, 0.05, 0.10
-
-
-def model_kw(size: str) -> dict:
-    """``h<hidden>l<layers>[a<heads>][k<kv heads>][i<intermediate>]`` as Qwen2 settings (``model.MODEL_KW``'s rest)."""
-    from .model import MODEL_KW
-
-    m = re.fullmatch(r"h(\d+)l(\d+)(?:a(\d+))?(?:k(\d+))?(?:i(\d+))?", size)
-    if m is None:
-        raise ValueError(f"model size {size!r}: h<hidden>l<layers>[a<heads>][k<kv heads>][i<intermediate>], e.g. h128l4")
-    hidden, layers = int(m[1]), int(m[2])
-    heads = int(m[3]) if m[3] else max(1, hidden // 32)
-    kv = int(m[4]) if m[4] else max(1, heads // 2)
-    if hidden % heads or heads % kv:
-        raise ValueError(f"model size {size!r}: hidden {hidden} must divide by {heads} heads, heads by {kv} KV heads")
-    return {**MODEL_KW, "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv, "intermediate_size": int(m[5]) if m[5] else 2 * hidden}
-
-
-@dataclass(frozen=True)
-class Cell:
-    spec: str
-    design: designs.HardDesign
-    size: str
-    model_kw: dict = field(hash=False)
-    recipe: dict = field(hash=False)  # build.REASON_SFT with the spec's overrides
-    rl_lr: float = 2e-4  # the controls' learning rate
-
-    @property
-    def warmup_key(self) -> str:
-        """Cells with the same key share one warm-up (they differ in their controls only)."""
-        return json.dumps([self.design.label, self.size, self.recipe], sort_keys=True)
-
-    @property
-    def name(self) -> str:
-        """A file name: ``twodigit@0.02-h128l4`` (+ ``-steps=1500`` ...)."""
-        return re.sub(r"[^A-Za-z0-9@.=_-]", "_", self.spec.replace("/", "-").replace(":", "-").replace(",", "-"))
-
-    def n_params(self) -> int:
-        h, n_layers, i = self.model_kw["hidden_size"], self.model_kw["num_hidden_layers"], self.model_kw["intermediate_size"]
-        kv = self.model_kw["num_key_value_heads"] * h // self.model_kw["num_attention_heads"]
-        vocab = 260  # the byte tokenizer's 256 + 4 specials (tied embeddings)
-        layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * i + 2 * h
-        return vocab * h + n_layers * layer + h
-
-
-def parse_cell(spec: str, warmup_steps: int | None = None) -> Cell:
-    """``DESIGN[@SHARE]/SIZE[:key=value,...]`` (keys of ``build.REASON_SFT``: steps, lr, batch, examples, ...; and
-    ``rl_lr``, the controls' learning rate; ``unsolved_of``, a selecting design's samples per candidate)."""
-    from .build import REASON_SFT
-    from .sft_control import LR
-
-    body, _, over = spec.partition(":")
-    design, sep, size = body.partition("/")
-    if not sep:
-        raise ValueError(f"cell {spec!r}: DESIGN[@SHARE]/SIZE[:key=value,...], e.g. twodigit@0.02/h128l4:steps=1500")
-    recipe, control, hard = dict(REASON_SFT), {"rl_lr": LR}, designs.parse_design(design)
-    keys = {**RECIPE_KEYS, **CONTROL_KEYS, **DESIGN_KEYS}
-    for item in filter(None, over.split(",")):
-        key, eq, value = item.partition("=")
-        if key not in keys or not eq:
-            raise ValueError(f"cell {spec!r}: {item!r} is not key=value with a key among {list(keys)}")
-        if key == "unsolved_of":
-            hard = hard.with_unsolved_of(int(value))
-        else:
-            (control if key in CONTROL_KEYS else recipe)[key] = keys[key](value)
-    if warmup_steps is not None:
-        recipe["steps"] = warmup_steps
-    return Cell(spec, hard, size, model_kw(size), recipe, control["rl_lr"])
 
 
 # ---------------------------------------------------------------- the controls' prompts, precomputed with verl
@@ -187,47 +116,10 @@ def _tokenizer():
     return build_tokenizer()
 
 
-def select_unsolved(model, tok, design: designs.HardDesign, seed: int, limit: int | None = None) -> dict:
-    """A selecting design's hard split: its candidates in order, kept when the greedy reply is wrong and so is each of
-    ``design.unsolved_of`` T = 1 samples (the held-out figures' budget), until ``N_VAL`` held-out and
-    ``N_TRAIN_HARD`` RL prompts are found. Returns them with the share of candidates kept. ``limit``: try only the
-    first ``limit`` candidates (a multiple of ``SELECT_CHUNK``) and return what they give: a check of a pick's start."""
-    from .build import EVAL_MAX_TOKENS
-    from .model import sample_responses
-
-    k, want_val = design.unsolved_of, reason.N_VAL
-    want = want_val + designs.N_TRAIN_HARD
-    candidates = designs.hard_candidates(design)[:limit]
-    kept, tried = [], 0
-    def right(ops, text):
-        return reason.final_answer(text) == str(reason.answer(ops))
-
-    while len(kept) < want and tried < len(candidates):
-        chunk = candidates[tried:tried + SELECT_CHUNK]
-        greedy = sample_responses(model, tok, [reason.prompt_text(design.source, o) for o in chunk], EVAL_MAX_TOKENS,
-                                  0.0, seed=0)
-        chunk = [o for o, g in zip(chunk, greedy) if not right(o, g["text"])]
-        prompts = [reason.prompt_text(design.source, o) for o in chunk for _ in range(k)]
-        outs = sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed * 1_000_003 + tried) if chunk \
-            else []
-        kept += [ops for i, ops in enumerate(chunk) if not any(right(ops, o["text"]) for o in outs[i * k:(i + 1) * k])]
-        tried += SELECT_CHUNK
-    if len(kept) < want and limit is None:
-        raise ValueError(f"{design.name}: only {len(kept)} of {len(candidates)} candidates unsolved in {k} samples "
-                         f"({want} needed): the warm-up solves this family too well for a hard split")
-    tried = min(tried, len(candidates))
-    share = round(len(kept) / tried, 4)
-    kept = kept[:want]
-    return {"val": sorted(kept[:want_val]), "train": sorted(kept[want_val:]), "tried": tried,
-            "unsolved_share": share, "samples": k}
-
-
 def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
     """Warm the cell's model up from scratch, save it under ``work`` (a selecting design's hard split beside it),
     and measure its step-0 figures."""
     import torch
-
-    from . import build
 
     t0 = time.time()
     tok = _tokenizer()
@@ -241,7 +133,7 @@ def run_warmup(cell: Cell, work: Path, opts: dict) -> dict:
     selection = None
     with torch.no_grad():
         if cell.design.unsolved_of:
-            selection = select_unsolved(model, tok, cell.design, build.SEED)
+            selection = build.select_unsolved(model, tok, cell.design, designs.SEED)
             _write_json(work / "hard_split.json", selection)
             split = designs.split_for(cell.design, chosen=selection)
         t2 = time.time()
@@ -277,7 +169,6 @@ def run_control(cell: Cell, warm: Path, pool: str, seed: int, prompts: dict, opt
     import torch
     from transformers import AutoModelForCausalLM
 
-    from . import build
     from .sft_control import sft_on_solutions
 
     t0 = time.time()

@@ -6,9 +6,9 @@ supervised fine-tuning of the same warmed-up model on exactly those solutions, w
 steps, the prompts of the RL run's step (verl's dataloader order: ``RandomSampler`` with a generator seeded by
 ``data.seed``, 16 prompts) each get 8 first attempts from the current model (T = 1, GEC's first-generation budget of
 33 tokens, as a GEC training rollout); every wrong one contributes the prompt's reference solution to the step's
-batch, and the step is one AdamW update with the actor's settings (the task's lr, ``TASK_LR``; weight decay 0.01, clip 1.0) on
-the mean token NLL of those solutions (EOS included). Then the held-out figures, measured as the build measures step
-0 (``build.reason_step0_figures``). If SFT on the correct solutions keeps ``toy_chain`` while the solution branch
+batch, and the step is one AdamW update with the actor's settings (the task's lr, ``designs.TASK_LR``; weight decay
+0.01, clip 1.0) on the mean token NLL of those solutions (EOS included). Then the held-out figures, measured as the
+build measures step 0 (``build.reason_step0_figures``). If SFT on the correct solutions keeps ``toy_chain`` while the solution branch
 loses it, the cause is the credit the RL step gives, not the tokens.
 """
 
@@ -20,16 +20,14 @@ import time
 
 import torch
 
-from . import reason
-from .build import reason_step0_figures
+from . import designs, reason
+from .build import DEFAULT_TASK, build_toy_assets, reason_split, reason_step0_figures
 from .model import _answer_ids, _batchify, _prompt_ids, sample_responses
 
 FIRST_BUDGET = 33  # the toy's first-generation budget with GEC on (64 - cue - 30 continuation tokens)
 ROLLOUT_N = 8
 BATCH_PROMPTS = 16
-LR, WEIGHT_DECAY, GRAD_CLIP = 2e-4, 0.01, 1.0  # verl's actor optimizer with the first reasoning toy's lr (chain6)
-# each reasoning toy's RL learning rate: its config's actor.optim.lr (hydra_configs/toy_cpu.yaml, toy/chain6.yaml)
-TASK_LR = {"chain5_unsolved": 2e-5, "chain6": LR}
+WEIGHT_DECAY, GRAD_CLIP = 0.01, 1.0  # verl's actor optimizer; its lr: the task's (designs.TASK_LR)
 
 
 def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None, design,
@@ -38,8 +36,6 @@ def step_prompts(seed: int, steps: int, sources: tuple[str, ...] | None, design,
     (``reason.make_rows``' training rows, restricted to ``sources`` as ``+toy.train_sources`` does; ``design``: a
     hard-split design's pool, ``designs.py``, by name or as a ``HardDesign``; ``chosen``: a selecting design's hard
     split): :func:`step_indices` over those rows."""
-    from . import designs
-
     design = design if isinstance(design, designs.HardDesign) else designs.parse_design(design)
     split = designs.split_for(design, chosen=chosen)
     rows = designs.train_rows(design, sources, chosen)
@@ -64,19 +60,19 @@ def step_indices(seed: int, steps: int, n_rows: int) -> list[list[int]]:
 
 
 def sft_on_solutions(model, tok, seed: int = 1, steps: int = 60, sources: tuple[str, ...] | None = None,
-                     prompts_per_step: list | None = None, lr: float = LR, task: str | None = None,
+                     prompts_per_step: list | None = None, lr: float = designs.TASK_LR["chain6"],
+                     task: str | None = None,
                      chosen: dict | None = None) -> dict:
     """Train ``model`` in place as described above; returns per-step counts (solutions trained on, mean loss).
     ``prompts_per_step``: each step's (data source, operands), given (``search.py``: precomputed, no verl) instead of drawn
-    by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: another RL run's learning rate;
+    by :func:`step_prompts` (``steps`` and ``sources`` are then unused). ``lr``: the RL run's learning rate (default
+    chain6's);
     ``task``: the reasoning toy whose RL pool is drawn (default the default toy; ``chosen``: its picked hard split)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     dev = next(model.parameters()).device
     log = []
     if prompts_per_step is None:
-        from .build import DEFAULT_TASK, reason_cell
-
-        prompts_per_step = step_prompts(seed, steps, sources, reason_cell(task or DEFAULT_TASK).design, chosen)
+        prompts_per_step = step_prompts(seed, steps, sources, designs.reason_cell(task or DEFAULT_TASK).design, chosen)
     for step, prompts in enumerate(prompts_per_step, start=1):
         texts = [reason.prompt_text(s, ops) for s, ops in prompts for _ in range(ROLLOUT_N)]
         truth = [str(reason.answer(ops)) for _, ops in prompts for _ in range(ROLLOUT_N)]
@@ -112,17 +108,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--train-sources", nargs="*", default=None, help="as +toy.train_sources (default: all three)")
     ap.add_argument("--task", default=None, help="the reasoning toy (+toy=...; default the default toy)")
     ap.add_argument("--lr", type=float, default=None, help="the RL run's learning rate (default the task's: "
-                    "TASK_LR)")
+                    "designs.TASK_LR)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON line at the end")
     args = ap.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .build import DEFAULT_TASK, REASON_TASKS, build_toy_assets, reason_split
-
     args.task = args.task or DEFAULT_TASK
-    if args.task not in REASON_TASKS:
-        ap.error(f"--task {args.task!r}: one of {list(REASON_TASKS)}")
-    lr = TASK_LR[args.task] if args.lr is None else args.lr
+    if args.task not in designs.REASON_TASKS:
+        ap.error(f"--task {args.task!r}: one of {list(designs.REASON_TASKS)}")
+    lr = designs.TASK_LR[args.task] if args.lr is None else args.lr
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     assets = build_toy_assets(verbose=False, task=args.task)
