@@ -174,7 +174,7 @@ def cases(out: str) -> dict[str, Case]:
     c["toy/sweep.sh"] = Case(env={"METHODS": " ".join(others), "SEEDS": "3 4", "STEPS": "5"},
                              expect=[toy_expect(m, s, 5, out) for s in ("3", "4") for m in others])
     # the comparison: the same seeds for every method, one seed's methods after another (JOBS=1)
-    # its default METHODS: the six of the comparison in docs/toy.md, the guard's row included
+    # its default METHODS: the six of the first comparison round (docs/toy-research.md), the guard's row included
     c["toy/compare.sh"] = Case(env={"SEEDS": "3 4", "STEPS": "5"},
                                expect=[toy_expect(m, s, 5, out) for s in ("3", "4")
                                        for m in ("grpo", "eda", "grpo_gec", "edge_grpo", "gepo", "edge_grpo_guard")])
