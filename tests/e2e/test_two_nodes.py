@@ -120,7 +120,7 @@ def test_two_nodes_fsdp_agent_workers_gec_gepo_checkpoint_and_resume(two_node_cl
     settings = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", f"+ray_kwargs.ray_init.address={cluster.address}",
                 "actor_rollout_ref.rollout.agent.num_workers=2", "algorithm.adv_estimator=gepo",
                 "algorithm.gepo.base=edge_grpo", "algorithm.gec.edit_scope=all_wrong_groups", "trainer.save_freq=2",
-                "trainer.rollout_data_dir=rollouts"]
+                f"trainer.rollout_data_dir={tmp_path / 'rollouts'}"]  # written by the TaskRunner, wherever its cwd
 
     run = run_main(*settings)
     assert "joining the Ray cluster" in run.output and f"Connecting to existing Ray cluster at address: " \
@@ -154,6 +154,8 @@ def test_pools_the_nodes_cannot_hold_are_refused_before_verl_waits(two_node_clus
     proc = subprocess.run(
         [sys.executable, "-m", "verl_ext.main", "trainer.nnodes=1", "trainer.n_gpus_per_node=2",
          "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
          f"+ray_kwargs.ray_init.address={cluster.address}"],
         cwd=tmp_path, env=dict(env, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=180)
     assert proc.returncode != 0
