@@ -144,10 +144,15 @@ LOCAL_CLUSTER_ONLY = ("num_cpus", "num_gpus", "resources", "labels", "object_sto
                       "_node_name", "_enable_object_reconstruction")
 
 
-def joins_ray_cluster(address: str | None) -> bool:
-    """Whether ``ray.init(address=address)`` joins a running cluster rather than starting one, by Ray's own rule
-    (``ray.init``'s docstring): an address other than ``local``, else ``RAY_ADDRESS``, else the cluster the last
-    ``ray start`` on this machine recorded. A process that already runs Ray never calls ``ray.init`` here."""
+def joins_ray_cluster(address: str | None, temp_dir: str | None = None) -> bool:
+    """Whether ``ray.init(address=address, _temp_dir=temp_dir)`` joins a running cluster rather than starting one, by
+    Ray's own rule (``ray.init``'s docstring): an address other than ``local``, else ``RAY_ADDRESS``, else (unset or
+    ``auto``) the cluster the last ``ray start`` recorded in Ray's temp folder (``temp_dir``, i.e.
+    ``ray_kwargs.ray_init._temp_dir``; unset: ``RAY_TMPDIR``'s or ``/tmp/ray``); ``auto`` also takes a Ray running on
+    this machine. A lookup that fails (``auto`` with no cluster to find, an unreadable record) is a ``ConfigError``
+    naming the cause. A process that already runs Ray never calls ``ray.init`` here."""
+    from verl_ext.config import ConfigError
+
     if address == "local":
         return False
     if address not in (None, "auto") or os.environ.get("RAY_ADDRESS"):
@@ -157,30 +162,41 @@ def joins_ray_cluster(address: str | None) -> bool:
     except ImportError:  # another Ray: only the explicit signals above
         return address == "auto"
     try:
-        return canonicalize_bootstrap_address(address) is not None
-    except Exception:  # "auto" with no cluster to find: ray.init raises its own ConnectionError
-        return True
+        return canonicalize_bootstrap_address(address, temp_dir) is not None
+    except Exception as e:  # e.g. "auto" with no cluster to find: ray.init would raise the same
+        where = f" in the temp folder ray_kwargs.ray_init._temp_dir={temp_dir}" if temp_dir else ""
+        raise ConfigError(
+            f"ray_kwargs.ray_init.address={address}: Ray found no cluster to join{where} ({type(e).__name__}: {e}); "
+            "start one (ray start --head) or give its address (ray_kwargs.ray_init.address=<host:port> or "
+            "RAY_ADDRESS), or leave the address unset (or set it to local) to start a cluster here") from None
 
 
-def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) -> None:
+def ray_temp_dir(config: DictConfig) -> str | None:
+    """``ray_kwargs.ray_init._temp_dir`` (where Ray keeps its sessions and the last ``ray start``'s record)."""
+    return OmegaConf.select(config, "ray_kwargs.ray_init._temp_dir", default=None)
+
+
+def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) -> bool:
     """A run that joins a running Ray cluster (:func:`joins_ray_cluster`) takes the nodes' resources as ``ray start``
     gave them: the config's options for a cluster of its own (``LOCAL_CLUSTER_ONLY``,
     e.g. the CPU default's logical ``num_cpus``/``num_gpus``) are dropped, and one typed on the command line is
-    refused, as Ray would refuse it. Without an address nothing changes."""
+    refused, as Ray would refuse it. Without an address nothing changes. Returns whether the run joins a cluster."""
     from verl_ext.config import ConfigError
 
     ray_init = OmegaConf.select(config, "ray_kwargs.ray_init", default=None)
     if ray_init is None:
-        return
+        return False
     address = ray_init.get("address", None)
-    if not joins_ray_cluster(address):
-        return
+    temp_dir = ray_temp_dir(config)
+    if not joins_ray_cluster(address, temp_dir):
+        return False
     if address not in (None, "auto"):
         where = f"ray_kwargs.ray_init.address={address}"
     elif os.environ.get("RAY_ADDRESS"):
         where = f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
     else:
-        where = "the cluster the last `ray start` on this machine recorded"
+        where = "the cluster the last `ray start` on this machine recorded" + (
+            f" in ray_kwargs.ray_init._temp_dir={temp_dir}" if temp_dir else "")
     typed = {key.lstrip("+~") for key in command_line_keys}
     dropped = {}
     for key in LOCAL_CLUSTER_ONLY:
@@ -198,6 +214,7 @@ def fit_ray_init_to_cluster(config: DictConfig, command_line_keys: list[str]) ->
                 ray_init[key] = None
         print(f"[verl_ext] joining the Ray cluster ({where}): the nodes' own resources are used, not the config's "
               + ", ".join(f"ray_kwargs.ray_init.{k}={v}" for k, v in dropped.items()), flush=True)
+    return True
 
 
 def _command_line_keys() -> list[str]:
@@ -221,8 +238,9 @@ def apply_platform_defaults(config: DictConfig, command_line_keys: list[str]) ->
             print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))
 
 
-def prepare(config: DictConfig, command_line_keys: list[str] | None = None) -> None:
-    """Everything before training, in place: platform, resolution, verl_ext's and verl's start-up checks.
+def prepare(config: DictConfig, command_line_keys: list[str] | None = None) -> bool:
+    """Everything before training, in place: platform, resolution, verl_ext's and verl's start-up checks. Returns
+    whether the run joins a running Ray cluster (:func:`fit_ray_init_to_cluster`).
 
     ``run`` trains on the result; ``python -m verl_ext.dry_run`` prints it (so a dry run refuses what a run would).
     ``command_line_keys``: the keys the user typed (default: Hydra's task overrides of this run).
@@ -238,16 +256,31 @@ def prepare(config: DictConfig, command_line_keys: list[str] | None = None) -> N
     check_toy_options(config)  # before resolving builds the toy's files
     OmegaConf.resolve(config)  # here, where the verl_ext_toy resolver exists (verl's TaskRunner resolves again)
     apply_platform_defaults(config, command_line_keys)  # before the checks, so they see what will run
-    fit_ray_init_to_cluster(config, command_line_keys)
+    joins = fit_ray_init_to_cluster(config, command_line_keys)
     validate_run_config(config)  # verl_ext's start-up checks (verl_ext/run_checks.py), before verl's own
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    return joins
+
+
+def check_joined_cluster(config: DictConfig) -> None:
+    """On a running cluster this run joins: its nodes can hold the resource pools verl will ask for
+    (``verl_ext.resource_pools``), checked before verl starts its TaskRunner."""
+    from verl_ext.resource_pools import check_pools_fit, joined_cluster_nodes
+
+    address = OmegaConf.select(config, "ray_kwargs.ray_init.address", default=None)
+    where = f"ray_kwargs.ray_init.address={address}" if address not in (None, "auto") else (
+        f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}" if os.environ.get("RAY_ADDRESS") else "the recorded cluster")
+    check_pools_fit(config, joined_cluster_nodes(address, ray_temp_dir(config)), where)
 
 
 def run(config: DictConfig) -> None:
-    prepare(config)
+    joins = prepare(config)
 
     import ray
+
+    if joins and not ray.is_initialized():
+        check_joined_cluster(config)
     from verl.trainer.main_ppo import run_ppo
 
     from verl_ext.verl_compat import check_trainers

@@ -15,6 +15,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -87,10 +89,26 @@ def _assert_spread(placed: dict[str, str], node_ids: set[str]) -> None:
     assert len(agent_workers) == 2 and set(agent_workers.values()) == node_ids, placed
 
 
-def _assert_all_wrong_groups_scope(values: dict) -> None:
-    """GEC edited only responses of groups that were all wrong before correction."""
+def _assert_all_wrong_groups_scope(rollouts, step: int, values: dict) -> None:
+    """GEC edited responses of exactly the groups whose first attempts were all wrong, read per group from verl's
+    rollout dump (``gec_group``: the group's uid; ``gec_correct_before``: the first attempt's verdict): a group with a
+    right first attempt is untouched, and each edit of the step is one the metrics count."""
+    lines = [json.loads(x) for x in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+    groups: dict[str, list[dict]] = {}
+    for line in lines:
+        groups.setdefault(line["gec_group"], []).append(line)
+    assert sorted(len(g) for g in groups.values()) == [N] * 4, step
+    edited_groups = 0
+    for uid, group in groups.items():
+        all_wrong = not any(line["gec_correct_before"] for line in group)
+        edited = [line for line in group if line["gec_branch"] in EDIT_BRANCHES]
+        if not all_wrong:
+            assert not edited, (step, uid, [(x["gec_correct_before"], x["gec_branch"]) for x in group])
+        edited_groups += bool(edited)
+    assert values["gec/groups_all_wrong_before"] == sum(
+        not any(line["gec_correct_before"] for line in g) for g in groups.values()), step
     edits = sum(values.get(f"gec/count/{branch}", 0) for branch in EDIT_BRANCHES)
-    assert edits <= N * values["gec/groups_all_wrong_before"], values
+    assert edits == sum(line["gec_branch"] in EDIT_BRANCHES for line in lines), (step, values)
     assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
 
 
@@ -101,7 +119,8 @@ def test_two_nodes_fsdp_agent_workers_gec_gepo_checkpoint_and_resume(two_node_cl
     seen: set[str] = set(cluster.global_state.actor_table(None))
     settings = ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", f"+ray_kwargs.ray_init.address={cluster.address}",
                 "actor_rollout_ref.rollout.agent.num_workers=2", "algorithm.adv_estimator=gepo",
-                "algorithm.gepo.base=edge_grpo", "algorithm.gec.edit_scope=all_wrong_groups", "trainer.save_freq=2"]
+                "algorithm.gepo.base=edge_grpo", "algorithm.gec.edit_scope=all_wrong_groups", "trainer.save_freq=2",
+                f"trainer.rollout_data_dir={tmp_path / 'rollouts'}"]  # written by the TaskRunner, wherever its cwd
 
     run = run_main(*settings)
     assert "joining the Ray cluster" in run.output and f"Connecting to existing Ray cluster at address: " \
@@ -110,7 +129,7 @@ def test_two_nodes_fsdp_agent_workers_gec_gepo_checkpoint_and_resume(two_node_cl
     steps = run.metrics()  # the file logger's metrics.jsonl, written by the TaskRunner
     assert_shaped_training(steps, [1, 2])
     for step, values in steps.items():
-        _assert_all_wrong_groups_scope(values)
+        _assert_all_wrong_groups_scope(tmp_path / "rollouts", step, values)
         assert values["gepo/history_updates"] == step  # one update per trained batch
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
     assert saved["scopes"]["global"]["num_updates"] == 2 and len(saved["scopes"]["global"]["window"]) == 2
@@ -122,6 +141,25 @@ def test_two_nodes_fsdp_agent_workers_gec_gepo_checkpoint_and_resume(two_node_cl
     assert restored and json.loads(restored[0].split(": ", 1)[1]) == saved  # exactly step 2's history
     values = resumed.metrics()[3]
     assert values["gepo/history_updates"] == 3 and math.isfinite(values["actor/pg_loss"])
-    _assert_all_wrong_groups_scope(values)
+    _assert_all_wrong_groups_scope(tmp_path / "rollouts", 3, values)
     after = json.loads((tmp_path / "ckpt" / "global_step_3" / STATE_FILE).read_text())["entropy_history"]
     assert after["scopes"]["global"]["window"][:2] == saved["scopes"]["global"]["window"]  # appended, not re-seeded
+
+
+def test_pools_the_nodes_cannot_hold_are_refused_before_verl_waits(two_node_cluster, tmp_path):
+    """Two GPUs asked of one node, on nodes of one GPU each: the cluster's total (2) passes verl's own check and verl
+    would wait for the placement group forever; verl_ext stops before verl's TaskRunner starts, naming each node."""
+    cluster = two_node_cluster
+    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_ext.main", "trainer.nnodes=1", "trainer.n_gpus_per_node=2",
+         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+         f"+ray_kwargs.ray_init.address={cluster.address}"],
+        cwd=tmp_path, env=dict(env, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "cannot hold the resource pools this run asks verl for" in err, err[-3000:]
+    assert err.count(": 1 GPU, 8 CPU") == 2 and "1 placement group(s) of 2 bundle(s) {'GPU': 1, 'CPU': 3}" in err
+    assert "TaskRunner" not in proc.stdout + err  # stopped before verl started its driver actor

@@ -375,7 +375,9 @@ def test_shaping_gamma_is_luffys_unless_set_and_refused_where_nothing_reads_it()
 
     assert GecConfig(enable=True, injected_loss="shaped").validate().shaping_gamma == 0.1  # LUFFY's value
     assert GecConfig(enable=True, injected_loss="shaped", shaping_gamma=0.3).validate().shaping_gamma == 0.3
-    base = ["algorithm.gec.enable=true", "actor_rollout_ref.rollout.n=2"]
+    base = ["algorithm.gec.enable=true", "actor_rollout_ref.rollout.n=2",  # 32 responses a step: micro-batches of 32
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32"]
     validate_run_config(compose_run_config("toy_cpu", base))  # the composed default is not "set"
     with pytest.raises(ConfigError, match=r"algorithm\.gec\.shaping_gamma=0\.1 is invalid: .*injected_loss=policy"):
         validate_run_config(compose_run_config("toy_cpu", [*base, "algorithm.gec.shaping_gamma=0.1"]))

@@ -10,6 +10,7 @@ import io
 import pytest
 import yaml
 
+from verl_ext.config import ConfigError
 from verl_ext.main import LOCAL_CLUSTER_ONLY, joins_ray_cluster
 
 ADDRESS = "192.0.2.9:6379"  # TEST-NET: never contacted, the address is only read
@@ -56,7 +57,7 @@ def test_ray_address_variable_joins_too(monkeypatch):
     _accepted_by_ray_when_joining(_ray_init(doc))
 
 
-def test_without_an_address_or_with_local_the_cpu_default_sizes_its_own_cluster():
+def test_without_an_address_or_with_local_the_cpu_default_sizes_its_own_cluster(ray_tmp):
     for overrides in ([], ["+ray_kwargs.ray_init.address=local"]):
         rc, doc, err = _dry_run(*overrides)
         assert rc == 0, err[-3000:]
@@ -82,24 +83,114 @@ def test_paper_preset_joins_unchanged():
     assert "joining the Ray cluster" not in err  # nothing to drop: the presets leave resources to the cluster
 
 
-@pytest.mark.parametrize("address, joins", [(None, False), ("local", False), (ADDRESS, True), ("auto", True)])
-def test_joins_ray_cluster_follows_rays_rule(address, joins, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no cluster recorded by a `ray start` on this machine
+@pytest.fixture
+def ray_tmp(tmp_path, monkeypatch):
+    """Ray's lookup of a running cluster, cut off from whatever else runs on this machine: its default temp folder
+    (where ``ray start`` records the cluster) is an empty one of this test's, and no Ray process (GCS) is running."""
+    import ray._private.services as services
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: [])
+    return tmp_path
+
+
+def _record(temp_dir, address=ADDRESS):
+    """What ``ray start`` leaves in Ray's temp folder ``temp_dir`` (``<temp>/ray_current_cluster``)."""
+    from ray._common.utils import get_ray_address_file
+
+    record = get_ray_address_file(str(temp_dir))
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    with open(record, "w") as f:
+        f.write(address)
+
+
+@pytest.mark.parametrize("address, joins", [(None, False), ("local", False), (ADDRESS, True)])
+def test_joins_ray_cluster_follows_rays_rule(address, joins, ray_tmp):
     assert joins_ray_cluster(address) is joins
 
 
-def test_a_cluster_recorded_by_ray_start_is_joined_without_an_address(tmp_path, monkeypatch):
+def test_auto_joins_a_ray_running_on_this_machine(ray_tmp, monkeypatch):
+    import ray._private.services as services
+
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: [ADDRESS])  # a Ray started without `ray start`
+    assert joins_ray_cluster("auto")
+    assert not joins_ray_cluster(None)  # unset: only a recorded cluster is joined
+
+
+def test_auto_with_no_cluster_to_find_is_refused_naming_the_cause(ray_tmp):
+    with pytest.raises(ConfigError, match=r"ray_kwargs\.ray_init\.address=auto: Ray found no cluster to join "
+                                          r"\(ConnectionError: Could not find any running Ray instance"):
+        joins_ray_cluster("auto")
+    rc, _, err = _dry_run("+ray_kwargs.ray_init.address=auto")
+    assert rc == 1 and "Ray found no cluster to join" in err and "joining the Ray cluster" not in err
+
+
+def test_a_cluster_recorded_by_ray_start_is_joined_without_an_address(ray_tmp):
     """Ray's rule for ``address`` unset: the cluster the last ``ray start`` (or ``ray.cluster_utils.Cluster``) on this
     machine recorded in its temp folder."""
-    from ray._common.utils import get_ray_address_file
-
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
-    record = get_ray_address_file(None)
-    (tmp_path / "ray").mkdir(exist_ok=True)
-    with open(record, "w") as f:
-        f.write(ADDRESS)
-    assert joins_ray_cluster(None)
+    _record(ray_tmp / "ray")
+    assert joins_ray_cluster(None) and joins_ray_cluster("auto")
     rc, doc, err = _dry_run()
     assert rc == 0, err[-3000:]
     _accepted_by_ray_when_joining(_ray_init(doc))
     assert "the cluster the last `ray start` on this machine recorded" in err
+
+
+def test_the_temp_dir_of_ray_init_is_where_the_record_is_looked_up(ray_tmp):
+    custom = ray_tmp / "elsewhere"
+    _record(custom)
+    assert not joins_ray_cluster(None) and joins_ray_cluster(None, str(custom))
+    rc, doc, err = _dry_run(f"+ray_kwargs.ray_init._temp_dir={custom}")
+    assert rc == 0, err[-3000:]
+    _accepted_by_ray_when_joining(_ray_init(doc))
+    assert f"recorded in ray_kwargs.ray_init._temp_dir={custom}" in err
+    rc, doc, err = _dry_run()  # the default temp folder has no record: a cluster of its own
+    assert rc == 0 and _ray_init(doc)["num_cpus"] == 16 and "joining the Ray cluster" not in err
+
+
+# ---- a joined cluster's nodes against the resource pools verl will ask for ---------------------------------------
+def _nodes(*per_node):
+    return {f"node{i}": {"CPU": cpus, "GPU": gpus} for i, (cpus, gpus) in enumerate(per_node)}
+
+
+def _pools_config(*overrides):
+    from verl_ext.dry_run import compose_run_config
+
+    return compose_run_config("toy_cpu", list(overrides))
+
+
+def test_verls_cpus_per_bundle():
+    import dataclasses
+
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    from verl_ext.resource_pools import VERL_CPUS_PER_BUNDLE
+
+    default = {f.name: f.default for f in dataclasses.fields(ResourcePoolManager)}["max_colocate_count"]
+    assert default == VERL_CPUS_PER_BUNDLE
+
+
+def test_nodes_with_too_few_cpus_for_verls_bundles_are_refused_naming_each_node_and_the_need():
+    from verl_ext.resource_pools import check_pools_fit
+
+    config = _pools_config("trainer.nnodes=2", "trainer.n_gpus_per_node=1")
+    with pytest.raises(ConfigError) as refused:
+        check_pools_fit(config, _nodes((2, 1), (2, 1)), "ray_kwargs.ray_init.address=h:1")
+    message = str(refused.value)
+    assert "node0: 1 GPU, 2 CPU; node1: 1 GPU, 2 CPU" in message
+    assert "global_pool: 2 placement group(s) of 1 bundle(s) {'GPU': 1, 'CPU': 3}" in message
+    assert "at least 1 GPU and 3 CPU free on it" in message and "trainer.nnodes" in message
+    check_pools_fit(config, _nodes((3, 1), (3, 1)), "x")  # exactly a bundle each
+
+
+def test_gpus_spread_thinner_than_a_node_of_the_pool_are_refused():
+    # verl's own check compares the cluster's total of GPUs only (2 >= 2): the run would wait forever
+    from verl_ext.resource_pools import check_pools_fit, unplaced_groups
+
+    config = _pools_config("trainer.nnodes=1", "trainer.n_gpus_per_node=2")
+    with pytest.raises(ConfigError, match=r"1 placement group\(s\) of 2 bundle\(s\).*at least 2 GPU and 6 CPU"):
+        check_pools_fit(config, _nodes((8, 1), (8, 1)), "x")
+    check_pools_fit(config, _nodes((8, 2), (8, 0)), "x")
+    # first-fit from the largest group: 2 + 1 + 1 GPUs on nodes of 2 and 2
+    assert unplaced_groups({"a": [1, 1], "b": [2]}, _nodes((6, 2), (6, 2))) == []
+    assert unplaced_groups({"a": [1, 1, 1], "b": [2]}, _nodes((9, 2), (9, 2))) == [("a", 1)]
