@@ -64,3 +64,15 @@ def test_no_sequence_parallelism_passes():
                                "critic": {"ulysses_sequence_parallel_size": 1}})
     check_cpu_run_config(config)
     check_cpu_run_config(OmegaConf.create({}))
+
+
+def test_verl_exts_task_runners_refuse_it_in_cpu_mode_only(monkeypatch):
+    from verl_ext import cpu
+    from verl_ext.trainer.runner import check_platform_settings
+
+    config = OmegaConf.create({"actor_rollout_ref": {"actor": {"ulysses_sequence_parallel_size": 2}}})
+    monkeypatch.setattr(cpu, "_ACTIVE", False)
+    check_platform_settings(config)  # a GPU run: verl's Ulysses
+    monkeypatch.setattr(cpu, "_ACTIVE", True)
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"):
+        check_platform_settings(config)
