@@ -360,6 +360,24 @@ def check_cpu_mode() -> None:
     require_attrs(checkpoint.CheckpointEngineRegistry, "register")
 
 
+SHARDED_SAVE_HINT = ("in CPU mode verl_ext wraps verl's FSDP2 save to CPU memory so that separate_async's pi_old is "
+                     "a copy, not the parameters the optimizer updates in place")
+
+
+def check_cpu_sharded_save() -> None:
+    """CPU mode, when separate_async's worker module is imported (``verl_ext.cpu.sharded_save``): verl's
+    ``DetachActorWorker`` looks up ``fsdp2_sharded_save_to_cpu`` in ``verl.utils.fsdp_utils`` when it first saves
+    (an import inside the method, so the function verl_ext rebinds there is the one called)."""
+    fsdp_utils = require_module("verl.utils.fsdp_utils")
+    require_attrs(fsdp_utils, "fsdp2_sharded_save_to_cpu", "fsdp2_sharded_load_from_cpu", hint=SHARDED_SAVE_HINT)
+    workers = require_module("verl.experimental.separation.engine_workers")
+    require_attrs(workers, "DetachActorWorker", hint=SHARDED_SAVE_HINT)
+    worker = getattr(workers.DetachActorWorker, "__ray_actor_class__", workers.DetachActorWorker)
+    require_attrs(worker, "_get_strategy_handlers", "save_model_to_cpu", hint=SHARDED_SAVE_HINT)
+    require_uses(worker._get_strategy_handlers, ("verl.utils.fsdp_utils", "fsdp2_sharded_save_to_cpu"),
+                 "DetachActorWorker._get_strategy_handlers", SHARDED_SAVE_HINT)
+
+
 def check_file_logger() -> None:
     """``trainer.file_logger_path`` (``verl_ext.trainer.runner.point_file_logger``): the variable verl's file
     logger reads its path from."""

@@ -62,6 +62,11 @@ def _case_id(loss, mode, layout, packed, dynamic) -> str:
 # ---- the mini-batch: two ranks' rows, in both trainers' layouts ---------------------------------------------------
 
 
+# the outcome rewards of each rank's two groups of four (both signs in every group): verl_ext's estimators give the
+# advantages of the vanilla and mask_injected cases
+REWARDS = (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
+
+
 def _global_batch(reference, loss):
     """Every rank's rows (rank r: rows 8r..8r+7, its own tokens and lengths) with the loss's fields, and the GRPO
     advantages entropy_grad's hand-written loss starts from."""
@@ -72,10 +77,53 @@ def _global_batch(reference, loss):
     if loss in ("vanilla", "mask_injected"):
         off = tensors.pop(OFF_POLICY_MASK_KEY)
         if loss == "mask_injected":  # GEC's injected tokens leave the response mask (verl_ext.rollout.gec)
-            mask = tensors["response_mask"] * (1 - off)
-            advantages = tensors["advantages"][:, :1] * mask  # verl's estimators write 0 outside the mask
-            tensors.update(response_mask=mask, advantages=advantages, old_log_probs=tensors["old_log_probs"] * mask)
+            tensors["response_mask"] = _assembled_masks(tensors["responses"], tensors["response_mask"], off)
+        tensors["advantages"] = _eda_advantages(reference, tensors)
+        tensors["old_log_probs"] = tensors["old_log_probs"] * tensors["response_mask"]
     return tensors, grpo_adv
+
+
+def _assembled_masks(responses, response_mask, off_policy):
+    """The response masks ``assemble_response`` (``verl_ext.rollout.gec``, ``mask_injected=true``) gives responses
+    made of policy pieces and the injected pieces ``off_policy`` marks, padded to the batch's width."""
+    from verl_ext.rollout.gec import Segment, assemble_response
+
+    masks = torch.zeros_like(response_mask)
+    for row, (ids, valid, injected) in enumerate(zip(responses.tolist(), response_mask.tolist(), off_policy.tolist())):
+        length = int(sum(valid))
+        segments, start = [], 0
+        for end in range(1, length + 1):  # one segment per run of policy or injected tokens
+            if end == length or injected[end] != injected[start]:
+                segments.append(Segment(ids=ids[start:end], injected=bool(injected[start])))
+                start = end
+        assembled = assemble_response(segments, response_length=R, mask_injected=True, with_logprobs=True)
+        assert assembled.response_ids == ids[:length] and assembled.injected_tokens == int(sum(injected[:length]))
+        masks[row, :length] = torch.tensor(assembled.response_mask, dtype=masks.dtype)
+    return masks
+
+
+def _eda_advantages(reference, tensors):
+    """verl_ext's ``edge_grpo`` estimator (EDA, detached) on the rows' outcome rewards, groups of four and entropies of
+    the reference policy over the response mask, as verl's trainer calls it."""
+    import numpy as np
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from tests.unit.test_actor_losses import _policy
+
+    mask = tensors["response_mask"]
+    with torch.no_grad():
+        _, entropy = _policy(reference, tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"])
+    rows = len(mask)
+    lengths = tensors["attention_mask"][:, P:].sum(-1)
+    rewards = torch.zeros_like(mask)
+    rewards[torch.arange(rows), lengths - 1] = torch.tensor(REWARDS * (rows // len(REWARDS)))
+    index = np.array([f"g{row // 4}" for row in range(rows)], dtype=object)
+    config = OmegaConf.create({"adv_estimator": "edge_grpo", "edge_grpo": {"entropy_grad": False}})
+    advantages, _ = get_adv_estimator_fn("edge_grpo")(token_level_rewards=rewards, response_mask=mask, index=index,
+                                                      config=config, entropy=entropy)
+    assert (advantages * (1 - mask)).abs().max() == 0 and advantages.abs().max() > 0
+    return advantages
 
 
 def _rank_rows(tensors, rank):
@@ -282,3 +330,12 @@ def test_token_count_micro_batches_regroup_the_rows(cluster_results, layout):
     partition = cluster_results["micro_batches"][layout]
     rows = [i for micro_batch in partition for i in micro_batch]
     assert len(partition) > 1 and sorted(rows) == list(range(8)) and rows != sorted(rows)
+
+
+def test_the_mask_injected_case_trains_the_mask_gec_assembles():
+    """The mask_injected case's response mask is ``assemble_response``'s: the response mask less the injected
+    tokens, row by row (policy and injected pieces alternating, one row all policy)."""
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
+    off = torch.tensor([[0, 1, 1, 0, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 0]])
+    responses = torch.arange(20).view(4, 5)
+    assert torch.equal(_assembled_masks(responses, mask, off), mask * (1 - off))

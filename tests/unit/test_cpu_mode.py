@@ -24,6 +24,7 @@ from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 resolved_at_import = pm._current_platform is not None
 from verl.utils.device import get_device_name
+hooks = sys.modules.get("verl_ext.import_hooks")
 
 print("SNAPSHOT " + json.dumps({
     "plugin_loaded": "verl_ext.plugin" in sys.modules,
@@ -38,6 +39,8 @@ print("SNAPSHOT " + json.dumps({
     "hf_replica": "hf" in RolloutReplicaRegistry._registry,
     "hf_adapter": ("hf", "async") in _ROLLOUT_REGISTRY,
     "gloo_wrapper": bool(getattr(dist.initialize_global_process_group_ray, "_verl_ext_cpu_patched", False)),
+    # separate_async's worker module: CPU mode wraps verl's FSDP2 save to CPU when it is imported
+    "sharded_save_hooked": hooks is not None and "verl.experimental.separation.engine_workers" in hooks.watched(),
 }))
 """
 
@@ -156,7 +159,8 @@ def test_switch_off_leaves_verl_platform_as_stock_verl_chooses_it(runs):
     # and concretely: nothing of CPU mode is there
     assert "cpu" not in with_ext["platforms"] and with_ext["platform_class"] != "PlatformCPU"
     assert with_ext["VERL_PLATFORM"] is None and with_ext["VERL_ENGINE_DEVICE"] is None
-    assert not (with_ext["hf_replica"] or with_ext["hf_adapter"] or with_ext["gloo_wrapper"])
+    assert not (with_ext["hf_replica"] or with_ext["hf_adapter"] or with_ext["gloo_wrapper"]
+                or with_ext["sharded_save_hooked"])
 
 
 def test_switch_on_selects_the_cpu_platform(runs):
@@ -166,6 +170,7 @@ def test_switch_on_selects_the_cpu_platform(runs):
     assert snap["platform_class"] == "PlatformCPU" and snap["device_name"] == "cpu"
     assert snap["VERL_ENGINE_DEVICE"] == "cuda"  # engine-class selection only (see verl_ext.cpu.platform)
     assert snap["hf_replica"] and snap["hf_adapter"] and snap["gloo_wrapper"]
+    assert snap["sharded_save_hooked"]  # separate_async's pi_old is a copy (verl_ext.cpu.sharded_save)
 
 
 def test_a_worker_importing_the_hf_server_first_gets_cpu_mode_without_a_plugin_error(runs):

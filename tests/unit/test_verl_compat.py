@@ -21,7 +21,7 @@ def _assert_clear(error: pytest.ExceptionInfo, *names: str) -> None:
 @pytest.mark.parametrize("check", ["check_legacy_trainer", "check_v1_trainer", "check_agent_loop",
                                    "check_reward_manager", "check_actor_loss_fn", "check_fsdp_optimizer_config",
                                    "check_cpu_platform", "check_cpu_mode", "check_file_logger",
-                                   "check_plugin_hooks"])
+                                   "check_plugin_hooks", "check_cpu_sharded_save"])
 def test_checks_pass_on_installed_verl(check):
     getattr(verl_compat, check)()
 
@@ -150,6 +150,21 @@ def test_process_group_signature_changed(monkeypatch):
     with pytest.raises(VerlCompatError) as e:
         verl_compat.check_cpu_mode()
     _assert_clear(e, "'backend'", "initialize_global_process_group_ray")
+
+
+def test_separate_async_worker_no_longer_looking_up_the_sharded_save_at_call_time(monkeypatch):
+    """CPU mode rebinds verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu; a worker holding its own reference (a module
+    import) would never call the copy."""
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+    from verl.utils.fsdp_utils import fsdp2_sharded_load_from_cpu, fsdp2_sharded_save_to_cpu
+
+    def _get_strategy_handlers(self):
+        return fsdp2_sharded_save_to_cpu, fsdp2_sharded_load_from_cpu
+
+    monkeypatch.setattr(DetachActorWorker, "_get_strategy_handlers", _get_strategy_handlers)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_cpu_sharded_save()
+    _assert_clear(e, "DetachActorWorker._get_strategy_handlers", "'verl.utils.fsdp_utils'")
 
 
 def test_main_refuses_before_ray_starts(monkeypatch):

