@@ -228,11 +228,14 @@ def _command_line_keys() -> list[str]:
 
 
 def apply_platform_defaults(config: DictConfig, command_line_keys: list[str]) -> None:
-    """On CPU, verl's vLLM rollout gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``); values the user
-    typed on the command line are kept, or refused if they cannot work there."""
+    """On CPU, settings that cannot run there are refused (``verl_ext.cpu.config_checks``) and verl's vLLM rollout
+    gets what vLLM's CPU build needs (``verl_ext.cpu.vllm_cpu``); values the user typed on the command line are kept,
+    or refused if they cannot work there."""
     if is_cpu_support_active():
+        from verl_ext.cpu.config_checks import check_cpu_run_config
         from verl_ext.cpu.vllm_cpu import apply_cpu_vllm_rollout_defaults
 
+        check_cpu_run_config(config)  # before Ray starts (verl's own entry point: the TaskRunner checks it)
         changed = apply_cpu_vllm_rollout_defaults(config, command_line_keys)
         if changed:
             print("[verl_ext] vLLM rollout on CPU: " + ", ".join(f"{k}={v}" for k, v in changed.items()))

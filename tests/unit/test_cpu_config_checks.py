@@ -76,3 +76,13 @@ def test_verl_exts_task_runners_refuse_it_in_cpu_mode_only(monkeypatch):
     monkeypatch.setattr(cpu, "_ACTIVE", True)
     with pytest.raises(ConfigError, match="actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"):
         check_platform_settings(config)
+
+
+def test_the_main_job_refuses_it_before_ray_starts():
+    """``python -m verl_ext.main`` (and its dry run) checks the CPU settings with the rest of its start-up checks."""
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.main import prepare
+
+    config = compose_run_config("toy_cpu", ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"):
+        prepare(config, [])
