@@ -1,0 +1,264 @@
+"""The official EDGE-GRPO trainer on the toy: check the checkout, build the side venv, export the toy, train, measure.
+
+Optional tooling, outside the package and outside CI (docs/official-edge-grpo.md). It needs a local checkout of
+github.com/ZhangXJ199/EDGE-GRPO at commit ``cbe13ca`` and never copies its code into this repository: ``train``
+extracts the checkout's ``trl_edge`` at that commit into the run's work folder and applies ``toy_task.patch``
+(the toy's six task literals, read from environment variables; no line of the official logic changes).
+
+Run with this project's Python (verl_ext importable), from anywhere::
+
+    python benchmarks/official_edge_grpo/harness.py check  --official CHECKOUT
+    python benchmarks/official_edge_grpo/harness.py venv   --official CHECKOUT --venv VENV
+    python benchmarks/official_edge_grpo/harness.py export --out EXPORT
+    python benchmarks/official_edge_grpo/harness.py train  --official CHECKOUT --venv VENV --export EXPORT \\
+        --out RUN --method edge_grpo --seed 1 --lr 2e-5 [--temperature 1.0] [--max-steps N]
+    python benchmarks/official_edge_grpo/harness.py figures --run RUN
+
+``train`` ends with ``figures``: the toy's held-out evaluation (``verl_ext.toy.build.reason_step0_figures``, what
+``python -m verl_ext.toy --figures`` measures on a verl checkpoint) on the saved HF model, into
+``RUN/end_figures.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+OFFICIAL_COMMIT = "cbe13ca"
+OFFICIAL_URL = "https://github.com/ZhangXJ199/EDGE-GRPO"
+PATCH = HERE / "toy_task.patch"
+TRAINER = "trl_edge/trainer/grpo_aha_trainer.py"
+
+# The side venv. The official requirements.txt pins torch 2.5.1, torchaudio 2.5.1, torchvision 0.20.1,
+# transformers 4.52.4, tokenizers 0.21.1, trl 0.19.0, deepspeed 0.16.7, vllm 0.7.2, numpy 1.26.4, math-verify 0.7.0,
+# fire 0.7.1, pylatexenc, tensorboard. What moves, and why, is in PIN_CHANGES.
+VENV_STEPS = (
+    ("torch==2.13.0",),  # first: the CPU build this project uses (from /opt/wheels or the CPU index)
+    ("transformers==4.52.4", "accelerate", "datasets", "math-verify", "pandas", "pyarrow"),
+    ("--no-deps", "trl==0.19.0"),  # trl_edge.mergekit_utils imports trl.import_utils; nothing else of trl runs
+)
+PIN_CHANGES = {
+    "torch==2.5.1": "-> 2.13.0 CPU build: PyPI's 2.5.1 is the CUDA build; the trainer makes no CUDA-only call",
+    "torchvision==0.20.1, torchaudio==2.5.1": "dropped: never imported on the trainer's path",
+    "deepspeed==0.16.7": "dropped: ZeRO-3 launch config only (one CPU process here)",
+    "vllm==0.7.2": "dropped: use_vllm is off; the trainer generates with HF generate",
+    "trl==0.19.0": "kept, installed without its dependencies: trl_edge imports only trl.import_utils from it",
+    "fire, pylatexenc, tensorboard": "dropped: CLI, a math-grader extra and a logger this path does not use",
+    "numpy==1.26.4, tokenizers==0.21.1, math-verify==0.7.0": "unpinned: resolved with the rest (transformers "
+    "4.52.4 bounds tokenizers to 0.21.x; the toy's reward replaces the math grader)",
+    "accelerate, datasets, pandas, pyarrow": "added unpinned: TRL's runtime and the parquet export",
+}
+# The six task values of the patch (official default -> the toy's): the toy config's lengths (a first attempt of
+# 64 - (1 + 30) = 33 tokens, a continuation of 30), its cue and answer template; the full reward stays 2 (toy
+# accuracy + a constant format reward of 1) and the prompt gate stays 256 (toy prompts are under 32 tokens).
+TASK_ENV = {
+    "EDGE_TASK_FIRST_MAX_NEW_TOKENS": "33",
+    "EDGE_TASK_CONTINUATION_MAX_NEW_TOKENS": "30",
+    "EDGE_TASK_FULL_REWARD": "2",
+    "EDGE_TASK_PROMPT_GATE": "256",
+    "EDGE_TASK_CUE": "!",
+    "EDGE_TASK_ANSWER_TEMPLATE": "!#{answer}",
+}
+
+
+def die(msg: str) -> None:
+    raise SystemExit(f"official_edge_grpo: {msg}")
+
+
+def check_checkout(official: str | os.PathLike) -> Path:
+    """The checkout's path, after checking it is a git checkout of the official repository at OFFICIAL_COMMIT
+    whose trainer the patch applies to; a clear stop otherwise."""
+    root = Path(official).expanduser().resolve()
+    fix = (f"clone it: git clone {OFFICIAL_URL} {root} && git -C {root} checkout {OFFICIAL_COMMIT}")
+    if not root.is_dir():
+        die(f"no checkout of the official repository at {root}; {fix}")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        die(f"{root} is not a git checkout ({head.stderr.strip()}); {fix}")
+    want = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{OFFICIAL_COMMIT}^{{commit}}"],
+                          capture_output=True, text=True)
+    if want.returncode != 0:
+        die(f"{root} does not hold commit {OFFICIAL_COMMIT} (is it {OFFICIAL_URL}?); {fix}")
+    if head.stdout.strip() != want.stdout.strip():
+        die(f"{root} is at {head.stdout.strip()[:12]}, not {OFFICIAL_COMMIT}: "
+            f"git -C {root} checkout {OFFICIAL_COMMIT}")
+    if not (root / TRAINER).is_file():
+        die(f"{root / TRAINER} is missing: not the official EDGE-GRPO repository?")
+    return root
+
+
+def patched_copy(official: Path, work: Path) -> Path:
+    """``trl_edge`` at OFFICIAL_COMMIT, extracted into ``work/official`` with toy_task.patch applied."""
+    dest = work / "official"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(official), "archive", OFFICIAL_COMMIT, "trl_edge"],
+                             capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    applied = subprocess.run(["patch", "-p1", "--forward", "-i", str(PATCH)], cwd=dest, capture_output=True,
+                             text=True)
+    if applied.returncode != 0:
+        die(f"toy_task.patch does not apply to {official} at {OFFICIAL_COMMIT}:\n{applied.stdout}{applied.stderr}")
+    return dest
+
+
+def build_venv(venv: Path) -> None:
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    for step in VENV_STEPS:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *step], check=True)
+    for pin, why in PIN_CHANGES.items():
+        print(f"  {pin}: {why}")
+    check_venv(venv)
+
+
+def check_venv(venv: Path) -> None:
+    py = venv / "bin" / "python"
+    if not py.exists():
+        die(f"no side venv at {venv}: python {Path(__file__).name} venv --official CHECKOUT --venv {venv}")
+    probe = subprocess.run([str(py), "-c", "import torch, transformers; print(torch.__version__, "
+                            "transformers.__version__, torch.cuda.is_available())"], capture_output=True, text=True)
+    if probe.returncode != 0 or " 4.52.4 " not in f" {probe.stdout} ":
+        die(f"{venv} is not the side venv (transformers 4.52.4): {probe.stdout}{probe.stderr}")
+    print(f"side venv {venv}: torch, transformers, CUDA = {probe.stdout.strip()}")
+
+
+def export_toy(out: Path) -> dict:
+    """The toy's packaged weights and tokenizer as an HF model directory (pad = EOS, as in the paper's Qwen setup:
+    the official re-tokenisation drops every EOS and the first pad then stands in for it), and its hard split's
+    parquets in the official format (``problem`` / ``answer`` / ``solution``)."""
+    import pandas as pd
+
+    from verl_ext.toy.build import build_toy_assets
+
+    assets = build_toy_assets(train_sources=("toy_chain5",), verbose=False)
+    model = out / "model"
+    if model.exists():
+        shutil.rmtree(model)
+    shutil.copytree(assets.model_path, model)
+    for name in ("tokenizer_config.json", "generation_config.json"):
+        path = model / name
+        cfg = json.loads(path.read_text())
+        if name == "tokenizer_config.json":
+            cfg["pad_token"] = cfg["eos_token"]
+        else:
+            cfg["pad_token_id"] = cfg.get("eos_token_id")
+        path.write_text(json.dumps(cfg, indent=2))
+    counts = {}
+    for split, src in (("train", assets.train_parquet), ("val", assets.val_parquet)):
+        df = pd.read_parquet(src)
+        if split == "val":  # the hard split's held-out prompts, once each
+            df = df[df["data_source"] == "toy_chain5"]
+        rows = pd.DataFrame({
+            "problem": [p[-1]["content"] for p in df["prompt"]],
+            "answer": [str(r["ground_truth"]) for r in df["reward_model"]],
+            "solution": [e["solution"] for e in df["extra_info"]],
+        })
+        if split == "val":
+            rows = rows.drop_duplicates(subset=["problem"]).reset_index(drop=True)
+        rows.to_parquet(out / f"{split}.parquet")
+        counts[split] = len(rows)
+    meta = {"toy_root": assets.root, "fingerprint": assets.stats.get("fingerprint"), "rows": counts,
+            "reward_path": str(Path(assets.reward_path).resolve())}
+    (out / "export.json").write_text(json.dumps(meta, indent=1))
+    print(f"exported the toy to {out}: {counts}")
+    return meta
+
+
+def train(args) -> None:
+    official = check_checkout(args.official)
+    venv = Path(args.venv).resolve()
+    check_venv(venv)
+    export = Path(args.export).resolve()
+    if not (export / "export.json").is_file():
+        die(f"no export at {export}: python {Path(__file__).name} export --out {export}")
+    meta = json.loads((export / "export.json").read_text())
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    code = patched_copy(official, out)
+    env = {**os.environ, **TASK_ENV, "PYTHONPATH": str(code), "OMP_NUM_THREADS": str(args.threads),
+           "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [str(venv / "bin" / "python"), str(HERE / "official_train.py"), "--model", str(export / "model"),
+           "--train", str(export / "train.parquet"), "--reward-path", meta["reward_path"], "--out", str(out),
+           "--method", args.method, "--seed", str(args.seed), "--lr", str(args.lr),
+           "--temperature", str(args.temperature), "--max-steps", str(args.max_steps), "--threads", str(args.threads)]
+    with open(out / "train.log", "w") as log:
+        done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        die(f"the official trainer failed (exit {done.returncode}); see {out / 'train.log'}")
+    figures(out)
+
+
+def figures(run: Path) -> dict:
+    """The toy's held-out evaluation of ``run/model`` (an HF directory), as ``python -m verl_ext.toy --figures``
+    measures a verl checkpoint; written to ``run/end_figures.json``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.toy.build import DEFAULT_TASK, build_toy_assets, reason_split, reason_step0_figures
+
+    assets = build_toy_assets(task=DEFAULT_TASK, verbose=False)
+    model = AutoModelForCausalLM.from_pretrained(str(run / "model"), torch_dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(assets.model_path)  # the toy's own tokenizer, as the verl runs are measured
+    torch.set_num_threads(1)
+    result = reason_step0_figures(model, tok, reason_split(DEFAULT_TASK, assets.stats))
+    for source, f in result.items():
+        print(f"{source}: " + " ".join(f"{k}={v}" for k, v in f.items()))
+    (run / "end_figures.json").write_text(json.dumps(result))
+    return result
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("check", help="check the official checkout and that the patch applies")
+    p.add_argument("--official", required=True)
+    p = sub.add_parser("venv", help="build the side venv")
+    p.add_argument("--official", required=True)
+    p.add_argument("--venv", required=True)
+    p = sub.add_parser("export", help="export the toy (HF model dir, parquets in the official format)")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("train", help="run the official trainer on the toy, then the held-out evaluation")
+    for key in ("--official", "--venv", "--export", "--out"):
+        p.add_argument(key, required=True)
+    p.add_argument("--method", choices=["grpo", "force_r_eda", "edge_grpo"], required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--threads", type=int, default=1)
+    p = sub.add_parser("figures", help="the toy's held-out evaluation of RUN/model")
+    p.add_argument("--run", required=True)
+    args = ap.parse_args(argv)
+
+    if args.cmd == "check":
+        root = check_checkout(args.official)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            patched_copy(root, Path(tmp))
+        print(f"{root}: the official repository at {OFFICIAL_COMMIT}; toy_task.patch applies")
+    elif args.cmd == "venv":
+        check_checkout(args.official)
+        build_venv(Path(args.venv).resolve())
+    elif args.cmd == "export":
+        out = Path(args.out).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        export_toy(out)
+    elif args.cmd == "train":
+        train(args)
+    else:
+        figures(Path(args.run).resolve())
+
+
+if __name__ == "__main__":
+    main()
