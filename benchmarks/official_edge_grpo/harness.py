@@ -198,6 +198,46 @@ def train(args) -> None:
     figures(out)
 
 
+def ours_one_step(dump_dir: Path, seed: int, temperature: float) -> Path:
+    """One verl_ext ``edge_grpo`` step (EDA in the official gradient mode) on the hard split, one prompt x 8, with
+    verl's rollout dump on: the recording the differential replays."""
+    run = dump_dir / "ours_run"
+    cmd = [sys.executable, "-m", "verl_ext.main", "--config-name", "toy_cpu", "+toy.train_sources=[toy_chain5]",
+           "algorithm.adv_estimator=edge_grpo", "algorithm.gec.enable=true", "algorithm.gec.mode=gec",
+           "algorithm.edge_grpo.entropy_grad=true", "data.train_batch_size=1",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", f"data.seed={seed}",
+           f"actor_rollout_ref.rollout.seed={seed}", f"actor_rollout_ref.rollout.temperature={temperature}",
+           "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
+           "trainer.save_freq=-1", "trainer.logger=[console]", f"trainer.default_local_dir={run}/checkpoints",
+           f"trainer.rollout_data_dir={dump_dir / 'dump'}", f"hydra.run.dir={run}/hydra"]
+    with open(dump_dir / "ours_step.log", "w") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    dump = dump_dir / "dump" / "1.jsonl"
+    if done.returncode != 0 or not dump.is_file():
+        die(f"the verl_ext step failed (exit {done.returncode}); see {dump_dir / 'ours_step.log'}")
+    return dump
+
+
+def differential(args) -> None:
+    official = check_checkout(args.official)
+    venv = Path(args.venv).resolve()
+    check_venv(venv)
+    export = Path(args.export).resolve()
+    meta = json.loads((export / "export.json").read_text())
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    dump = Path(args.dump).resolve() if args.dump else ours_one_step(out, args.seed, args.temperature)
+    code = patched_copy(official, out)
+    env = {**os.environ, **TASK_ENV, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [str(venv / "bin" / "python"), str(HERE / "differential.py"), "--dump", str(dump), "--model",
+           str(export / "model"), "--train", str(export / "train.parquet"), "--reward-path", meta["reward_path"],
+           "--out", str(out), "--temperature", str(args.temperature),
+           "--first-budget", TASK_ENV["EDGE_TASK_FIRST_MAX_NEW_TOKENS"]]
+    subprocess.run(cmd, env=env, check=True)
+
+
 def figures(run: Path) -> dict:
     """The toy's held-out evaluation of ``run/model`` (an HF directory), as ``python -m verl_ext.toy --figures``
     measures a verl checkpoint; written to ``run/end_figures.json``."""
@@ -236,6 +276,12 @@ def main(argv=None) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-steps", type=int, default=-1)
     p.add_argument("--threads", type=int, default=1)
+    p = sub.add_parser("differential", help="one step of verl_ext replayed into the official trainer")
+    for key in ("--official", "--venv", "--export", "--out"):
+        p.add_argument(key, required=True)
+    p.add_argument("--dump", default=None, help="verl's rollout dump of a verl_ext step (default: run one)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--temperature", type=float, default=1.0)
     p = sub.add_parser("figures", help="the toy's held-out evaluation of RUN/model")
     p.add_argument("--run", required=True)
     args = ap.parse_args(argv)
@@ -256,6 +302,8 @@ def main(argv=None) -> None:
         export_toy(out)
     elif args.cmd == "train":
         train(args)
+    elif args.cmd == "differential":
+        differential(args)
     else:
         figures(Path(args.run).resolve())
 
