@@ -218,6 +218,16 @@ def main(argv=None) -> None:
     loss_u_grad, gnorm_u_grad = ours_loss(True)
     loss_u_det, gnorm_u_det = ours_loss(False)
 
+    # the official formula (A_i / H_i(θ) · H̄ detached, bnpo) written out on verl_ext's tokens with the masked H_i:
+    # what entropy_grad must equal, value and gradient
+    model2.zero_grad()
+    logp_f, ent_f = forward(model2)
+    h_f = response_entropy(ent_f, mask)
+    adv_f = a_ours / h_f * h_f.mean().detach()
+    loss_f = -(torch.exp(logp_f - logp_f.detach()) * adv_f.unsqueeze(1) * mask).sum() / mask.sum()
+    loss_f.backward()
+    gnorm_f = torch.nn.utils.clip_grad_norm_(model2.parameters(), float("inf")).item()
+
     # the official loss with H_i detached (the same formula, for the share of the gradient through 1/H_i)
     trainer.model.zero_grad()
     logp, _ = trainer._get_per_token_logps(trainer.model, full, attn, o_ids.size(1), EDA=True)
@@ -249,10 +259,12 @@ def main(argv=None) -> None:
     result = {
         "problem": problem, "answer": answer, "branches": branches, "generate_calls": calls,
         "official_padded_width": int(o_ids.size(1)),
-        "loss": {"official": float(loss_o), "official_H_detached": float(loss_od),
-                 "ours_entropy_grad": loss_u_grad, "ours_detached": loss_u_det},
+        "loss": {"official": loss_o.item(), "official_H_detached": loss_od.item(),
+                 "ours_entropy_grad": loss_u_grad, "ours_detached": loss_u_det,
+                 "official_formula_on_ours_masked": loss_f.item()},
         "grad_norm": {"official": gnorm_o, "official_H_detached": gnorm_o_det,
-                      "ours_entropy_grad": gnorm_u_grad, "ours_detached": gnorm_u_det},
+                      "ours_entropy_grad": gnorm_u_grad, "ours_detached": gnorm_u_det,
+                      "official_formula_on_ours_masked": gnorm_f},
         "responses": per_response,
     }
     with open(f"{args.out}/differential.json", "w") as f:
