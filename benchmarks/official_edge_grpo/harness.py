@@ -238,22 +238,32 @@ def differential(args) -> None:
     subprocess.run(cmd, env=env, check=True)
 
 
-def figures(run: Path) -> dict:
-    """The toy's held-out evaluation of ``run/model`` (an HF directory), as ``python -m verl_ext.toy --figures``
-    measures a verl checkpoint; written to ``run/end_figures.json``."""
+def figures(run: Path, group_samples: int = 0) -> dict:
+    """The toy's held-out evaluation of a run's final policy, as ``python -m verl_ext.toy --figures`` measures a
+    verl checkpoint: ``run/model`` (the official trainer's HF directory) or, for a verl_ext run, its last
+    checkpoint. ``group_samples`` = k adds k more T = 1 samples per prompt (``acc_group``). Written to
+    ``run/end_figures.json`` (``run/end_figures_k<k>.json`` with k)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from verl_ext.toy.build import DEFAULT_TASK, build_toy_assets, reason_split, reason_step0_figures
+    from verl_ext.toy.model import load_checkpoint
 
     assets = build_toy_assets(task=DEFAULT_TASK, verbose=False)
-    model = AutoModelForCausalLM.from_pretrained(str(run / "model"), torch_dtype=torch.float32).eval()
-    tok = AutoTokenizer.from_pretrained(assets.model_path)  # the toy's own tokenizer, as the verl runs are measured
+    if (run / "model").is_dir():
+        model = AutoModelForCausalLM.from_pretrained(str(run / "model"), torch_dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(assets.model_path)  # the toy's own tokenizer, as for the verl runs
+    else:
+        latest = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+        if not latest.is_file():
+            die(f"{run}: neither an HF model directory (model/) nor a verl checkpoint")
+        model, tok = load_checkpoint(str(run / "checkpoints" / f"global_step_{latest.read_text().strip()}" / "actor"))
     torch.set_num_threads(1)
-    result = reason_step0_figures(model, tok, reason_split(DEFAULT_TASK, assets.stats))
+    result = reason_step0_figures(model, tok, reason_split(DEFAULT_TASK, assets.stats), group_samples=group_samples)
     for source, f in result.items():
         print(f"{source}: " + " ".join(f"{k}={v}" for k, v in f.items()))
-    (run / "end_figures.json").write_text(json.dumps(result))
+    name = f"end_figures_k{group_samples}.json" if group_samples else "end_figures.json"
+    (run / name).write_text(json.dumps(result))
     return result
 
 
@@ -282,8 +292,9 @@ def main(argv=None) -> None:
     p.add_argument("--dump", default=None, help="verl's rollout dump of a verl_ext step (default: run one)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--temperature", type=float, default=1.0)
-    p = sub.add_parser("figures", help="the toy's held-out evaluation of RUN/model")
+    p = sub.add_parser("figures", help="the toy's held-out evaluation of a run (official or verl_ext)")
     p.add_argument("--run", required=True)
+    p.add_argument("--group-samples", type=int, default=0)
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -305,7 +316,7 @@ def main(argv=None) -> None:
     elif args.cmd == "differential":
         differential(args)
     else:
-        figures(Path(args.run).resolve())
+        figures(Path(args.run).resolve(), args.group_samples)
 
 
 if __name__ == "__main__":
