@@ -93,6 +93,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--first-budget", type=int, default=33)
+    ap.add_argument("--mode", choices=["gec", "force_reflect"], default="gec")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -132,7 +133,7 @@ def main(argv=None) -> None:
     config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=8, num_generations=8, max_prompt_length=32,
                         max_completion_length=64, learning_rate=1e-5, beta=0.0, temperature=args.temperature,
                         bf16=False, use_cpu=True, report_to="none", save_strategy="no", seed=1,
-                        force_reflection=True, GEC=True, EDA=True)
+                        force_reflection=True, GEC=args.mode == "gec", EDA=True)
     trainer = GRPOAhaTrainer(model=model, reward_funcs=[rewards.toy_format_reward, rewards.toy_accuracy_reward],
                              args=config, train_dataset=dataset, processing_class=tok)
     firsts = [first_attempt_ids(tok, r, args.first_budget) for r in rows]
@@ -156,7 +157,7 @@ def main(argv=None) -> None:
             decisions.append(0)
         elif b in ("answer", "solution"):
             decisions += [1, 0 if b == "answer" else 1]
-    official_module.random = ReplayChoice(decisions)
+    official_module.random = ReplayChoice(decisions if args.mode == "gec" else [])
     trainer.model.train()
     inputs = [{"prompt": [{"role": "user", "content": problem}], "answer": answer, "solution": solution}] * 8
     out = trainer._generate_and_score_completions([dict(x, prompt=list(x["prompt"])) for x in inputs])
@@ -257,7 +258,7 @@ def main(argv=None) -> None:
             "ours_step_weight": float(w_ours[i].sum()), "official_step_weight": float(o_weight[i].sum()),
         })
     result = {
-        "problem": problem, "answer": answer, "branches": branches, "generate_calls": calls,
+        "mode": args.mode, "problem": problem, "answer": answer, "branches": branches, "generate_calls": calls,
         "official_padded_width": int(o_ids.size(1)),
         "loss": {"official": loss_o.item(), "official_H_detached": loss_od.item(),
                  "ours_entropy_grad": loss_u_grad, "ours_detached": loss_u_det,

@@ -190,7 +190,8 @@ def train(args) -> None:
     cmd = [str(venv / "bin" / "python"), str(HERE / "official_train.py"), "--model", str(export / "model"),
            "--train", str(export / "train.parquet"), "--reward-path", meta["reward_path"], "--out", str(out),
            "--method", args.method, "--seed", str(args.seed), "--lr", str(args.lr),
-           "--temperature", str(args.temperature), "--max-steps", str(args.max_steps), "--threads", str(args.threads)]
+           "--temperature", str(args.temperature), "--max-steps", str(args.max_steps), "--threads", str(args.threads),
+           "--save-steps", str(args.save_steps)]
     with open(out / "train.log", "w") as log:
         done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -198,12 +199,12 @@ def train(args) -> None:
     figures(out)
 
 
-def ours_one_step(dump_dir: Path, seed: int, temperature: float) -> Path:
+def ours_one_step(dump_dir: Path, seed: int, temperature: float, mode: str = "gec") -> Path:
     """One verl_ext ``edge_grpo`` step (EDA in the official gradient mode) on the hard split, one prompt x 8, with
     verl's rollout dump on: the recording the differential replays."""
     run = dump_dir / "ours_run"
     cmd = [sys.executable, "-m", "verl_ext.main", "--config-name", "toy_cpu", "+toy.train_sources=[toy_chain5]",
-           "algorithm.adv_estimator=edge_grpo", "algorithm.gec.enable=true", "algorithm.gec.mode=gec",
+           "algorithm.adv_estimator=edge_grpo", "algorithm.gec.enable=true", f"algorithm.gec.mode={mode}",
            "algorithm.edge_grpo.entropy_grad=true", "data.train_batch_size=1",
            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", f"data.seed={seed}",
@@ -227,14 +228,14 @@ def differential(args) -> None:
     meta = json.loads((export / "export.json").read_text())
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    dump = Path(args.dump).resolve() if args.dump else ours_one_step(out, args.seed, args.temperature)
+    dump = Path(args.dump).resolve() if args.dump else ours_one_step(out, args.seed, args.temperature, args.mode)
     code = patched_copy(official, out)
     env = {**os.environ, **TASK_ENV, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [str(venv / "bin" / "python"), str(HERE / "differential.py"), "--dump", str(dump), "--model",
            str(export / "model"), "--train", str(export / "train.parquet"), "--reward-path", meta["reward_path"],
            "--out", str(out), "--temperature", str(args.temperature),
-           "--first-budget", TASK_ENV["EDGE_TASK_FIRST_MAX_NEW_TOKENS"]]
+           "--first-budget", TASK_ENV["EDGE_TASK_FIRST_MAX_NEW_TOKENS"], "--mode", args.mode]
     subprocess.run(cmd, env=env, check=True)
 
 
@@ -250,8 +251,9 @@ def figures(run: Path, group_samples: int = 0) -> dict:
     from verl_ext.toy.model import load_checkpoint
 
     assets = build_toy_assets(task=DEFAULT_TASK, verbose=False)
-    if (run / "model").is_dir():
-        model = AutoModelForCausalLM.from_pretrained(str(run / "model"), torch_dtype=torch.float32).eval()
+    hf_dir = run / "model" if (run / "model").is_dir() else run if (run / "config.json").is_file() else None
+    if hf_dir is not None:
+        model = AutoModelForCausalLM.from_pretrained(str(hf_dir), torch_dtype=torch.float32).eval()
         tok = AutoTokenizer.from_pretrained(assets.model_path)  # the toy's own tokenizer, as for the verl runs
     else:
         latest = run / "checkpoints" / "latest_checkpointed_iteration.txt"
@@ -265,6 +267,48 @@ def figures(run: Path, group_samples: int = 0) -> dict:
     name = f"end_figures_k{group_samples}.json" if group_samples else "end_figures.json"
     (run / name).write_text(json.dumps(result))
     return result
+
+
+def curves(run: Path) -> dict:
+    """A run's training curves, in four blocks of its steps: all-wrong groups of the first attempts, their accuracy,
+    accuracy after correction, response entropy (each side's own: the official trainer's ``entropy_mean``, an
+    unmasked mean over the padded step; verl_ext's masked ``verl_ext/response_entropy_mean``), the gradient norm;
+    and the median seconds per step."""
+    import statistics
+
+    if (run / "steps.jsonl").is_file():
+        rows = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines() if line.strip()]
+        keys = {"all_wrong": ("toy/all_wrong_first",), "acc_first": ("toy/acc_first",),
+                "acc_final": ("toy/acc_final",), "entropy": ("entropy_mean",), "grad_norm": ("grad_norm",),
+                "step_s": ("step_s",)}
+    else:  # GEC's own metrics where GEC ran, else the step's rewards (GEC off: first attempt = final)
+        rows = [json.loads(line)["data"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = [r for r in rows if "actor/grad_norm" in r]
+        keys = {"all_wrong": ("gec/groups_all_wrong_before", "verl_ext/groups_all_wrong_frac"),
+                "acc_first": ("gec/acc_before", "critic/score/mean"), "acc_final": ("gec/acc_after", "critic/score/mean"),
+                "entropy": ("verl_ext/response_entropy_mean",), "grad_norm": ("actor/grad_norm",),
+                "step_s": ("timing_s/step",)}
+    out = {"steps": len(rows)}
+    n = max(1, len(rows) // 4)
+    for name, candidates in keys.items():
+        key = next((k for k in candidates if rows and rows[0].get(k) is not None), candidates[0])
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        if not values:
+            continue
+        if name == "step_s":
+            out[name] = round(statistics.median(values), 3)
+        else:
+            out[name] = [round(statistics.fmean(values[i:i + n]), 3) for i in range(0, len(values), n)][:4]
+    return out
+
+
+def summary(runs: list[Path]) -> None:
+    """Per run: held-out figures (k-sample accuracy where measured, else one sample; greedy), curves."""
+    for run in runs:
+        fig_path = run / "end_figures_k8.json"
+        figs = json.loads(fig_path.read_text()) if fig_path.is_file() else {}
+        row = {s: (f.get("acc_group"), f.get("acc_greedy"), f.get("entropy_group")) for s, f in figs.items()}
+        print(json.dumps({"run": run.name, "figures_k8": row, "curves": curves(run)}))
 
 
 def main(argv=None) -> None:
@@ -286,12 +330,17 @@ def main(argv=None) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-steps", type=int, default=-1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--save-steps", type=int, default=0, help="also save the model every N steps (checkpoint-N/)")
     p = sub.add_parser("differential", help="one step of verl_ext replayed into the official trainer")
     for key in ("--official", "--venv", "--export", "--out"):
         p.add_argument(key, required=True)
     p.add_argument("--dump", default=None, help="verl's rollout dump of a verl_ext step (default: run one)")
+    p.add_argument("--mode", choices=["gec", "force_reflect"], default="gec",
+                   help="GEC's mode on both sides: EDGE-GRPO, or +Force-R & EDA")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--temperature", type=float, default=1.0)
+    p = sub.add_parser("summary", help="held-out figures and training curves of runs (official or verl_ext)")
+    p.add_argument("runs", nargs="+")
     p = sub.add_parser("figures", help="the toy's held-out evaluation of a run (official or verl_ext)")
     p.add_argument("--run", required=True)
     p.add_argument("--group-samples", type=int, default=0)
@@ -315,6 +364,8 @@ def main(argv=None) -> None:
         train(args)
     elif args.cmd == "differential":
         differential(args)
+    elif args.cmd == "summary":
+        summary([Path(r).resolve() for r in args.runs])
     else:
         figures(Path(args.run).resolve(), args.group_samples)
 

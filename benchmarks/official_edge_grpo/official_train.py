@@ -81,6 +81,7 @@ def main(argv=None) -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-steps", type=int, default=-1, help="-1: one epoch")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--save-steps", type=int, default=0, help="also save the model every N steps (0: at the end only)")
     args = ap.parse_args(argv)
 
     import torch
@@ -114,7 +115,9 @@ def main(argv=None) -> None:
         bf16=False,
         use_cpu=True,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps > 0 else "no",
+        save_steps=max(args.save_steps, 1),
+        save_only_model=True,
         report_to="none",
         dataloader_num_workers=0,
         **METHOD_FLAGS[args.method],
