@@ -3,7 +3,9 @@
 Optional tooling, outside the package and outside CI (docs/official-edge-grpo.md). It needs a local checkout of
 github.com/ZhangXJ199/EDGE-GRPO at commit ``cbe13ca`` and never copies its code into this repository: ``train``
 extracts the checkout's ``trl_edge`` at that commit into the run's work folder and applies ``toy_task.patch``
-(the toy's six task literals, read from environment variables; no line of the official logic changes).
+(the toy's six task literals, read from environment variables; no line of the official logic changes). The
+diagnostic ``train --masked-entropy`` also applies ``masked_entropy.patch``: one line, EDA's H_i over each response's
+own tokens.
 
 Run with this project's Python (verl_ext importable), from anywhere::
 
@@ -11,7 +13,7 @@ Run with this project's Python (verl_ext importable), from anywhere::
     python benchmarks/official_edge_grpo/harness.py venv   --official CHECKOUT --venv VENV
     python benchmarks/official_edge_grpo/harness.py export --out EXPORT
     python benchmarks/official_edge_grpo/harness.py train  --official CHECKOUT --venv VENV --export EXPORT \\
-        --out RUN --method edge_grpo --seed 1 --lr 2e-5 [--temperature 1.0] [--max-steps N]
+        --out RUN --method edge_grpo --seed 1 --lr 2e-5 [--temperature 1.0] [--max-steps N] [--masked-entropy]
     python benchmarks/official_edge_grpo/harness.py figures --run RUN
 
 ``train`` ends with ``figures``: the toy's held-out evaluation (``verl_ext.toy.build.reason_step0_figures``, what
@@ -34,6 +36,9 @@ REPO = HERE.parent.parent
 OFFICIAL_COMMIT = "cbe13ca"
 OFFICIAL_URL = "https://github.com/ZhangXJ199/EDGE-GRPO"
 PATCH = HERE / "toy_task.patch"
+# A diagnostic, never part of an official run: EDA's H_i as the mean over each response's own tokens (verl_ext's
+# choice) instead of the official unmasked mean over the step's padded width; one line of the official logic changes
+MASKED_ENTROPY_PATCH = HERE / "masked_entropy.patch"
 TRAINER = "trl_edge/trainer/grpo_aha_trainer.py"
 
 # The side venv. The official requirements.txt pins torch 2.5.1, torchaudio 2.5.1, torchvision 0.20.1,
@@ -94,8 +99,9 @@ def check_checkout(official: str | os.PathLike) -> Path:
     return root
 
 
-def patched_copy(official: Path, work: Path) -> Path:
-    """``trl_edge`` at OFFICIAL_COMMIT, extracted into ``work/official`` with toy_task.patch applied."""
+def patched_copy(official: Path, work: Path, masked_entropy: bool = False) -> Path:
+    """``trl_edge`` at OFFICIAL_COMMIT, extracted into ``work/official`` with toy_task.patch applied (and, for the
+    masked-entropy diagnostic, masked_entropy.patch)."""
     dest = work / "official"
     if dest.exists():
         shutil.rmtree(dest)
@@ -103,10 +109,11 @@ def patched_copy(official: Path, work: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(official), "archive", OFFICIAL_COMMIT, "trl_edge"],
                              capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    applied = subprocess.run(["patch", "-p1", "--forward", "-i", str(PATCH)], cwd=dest, capture_output=True,
-                             text=True)
-    if applied.returncode != 0:
-        die(f"toy_task.patch does not apply to {official} at {OFFICIAL_COMMIT}:\n{applied.stdout}{applied.stderr}")
+    for patch in (PATCH, MASKED_ENTROPY_PATCH) if masked_entropy else (PATCH,):
+        applied = subprocess.run(["patch", "-p1", "--forward", "-i", str(patch)], cwd=dest, capture_output=True,
+                                 text=True)
+        if applied.returncode != 0:
+            die(f"{patch.name} does not apply to {official} at {OFFICIAL_COMMIT}:\n{applied.stdout}{applied.stderr}")
     return dest
 
 
@@ -184,7 +191,7 @@ def train(args) -> None:
     meta = json.loads((export / "export.json").read_text())
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    code = patched_copy(official, out)
+    code = patched_copy(official, out, masked_entropy=args.masked_entropy)
     env = {**os.environ, **TASK_ENV, "PYTHONPATH": str(code), "OMP_NUM_THREADS": str(args.threads),
            "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [str(venv / "bin" / "python"), str(HERE / "official_train.py"), "--model", str(export / "model"),
@@ -331,6 +338,9 @@ def main(argv=None) -> None:
     p.add_argument("--max-steps", type=int, default=-1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--save-steps", type=int, default=0, help="also save the model every N steps (checkpoint-N/)")
+    p.add_argument("--masked-entropy", action="store_true",
+                   help="diagnostic, not the official code: EDA's H_i over each response's own tokens "
+                        "(masked_entropy.patch)")
     p = sub.add_parser("differential", help="one step of verl_ext replayed into the official trainer")
     for key in ("--official", "--venv", "--export", "--out"):
         p.add_argument(key, required=True)
@@ -351,8 +361,8 @@ def main(argv=None) -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            patched_copy(root, Path(tmp))
-        print(f"{root}: the official repository at {OFFICIAL_COMMIT}; toy_task.patch applies")
+            patched_copy(root, Path(tmp), masked_entropy=True)
+        print(f"{root}: the official repository at {OFFICIAL_COMMIT}; toy_task.patch and masked_entropy.patch apply")
     elif args.cmd == "venv":
         check_checkout(args.official)
         build_venv(Path(args.venv).resolve())
