@@ -9,17 +9,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # switch itself and the e2e runs start subprocesses with VERL_PLATFORM set or removed as their claim requires.
 os.environ.setdefault("VERL_PLATFORM", "cpu")
 
-# The README's test command runs the suite on two pytest-xdist workers (``-n 2``; pytest.ini: ``--dist loadgroup
-# --no-loadscope-reorder``): one e2e run leaves about half of a 2-core machine idle (its Ray actors take turns), so
-# two at a time. Work units are handed out in the order below, longest first (measured, docs/cpu.md "The test
-# suite's time"), so that the two lanes end together: each e2e test on its own, then the unit tests a module at a
-# time (their module fixtures build toy models, verl engines and Ray clusters once per module, not once per lane).
-# A module not listed keeps its place after the listed ones of its kind.
-E2E_LONGEST_FIRST = ["test_two_nodes", "test_batch_invariance", "test_examples_run", "test_compare", "test_gpu_settings",
-                     "test_toy_build", "test_vllm_rollout", "test_multirun", "test_combinations", "test_pipeline",
-                     "test_cpu_pipeline", "test_evaluate"]
-UNIT_LONGEST_FIRST = ["test_import_first", "test_examples", "test_toy", "test_plugin", "test_cpu_mode",
-                      "test_actor_losses_cluster", "test_sweeps", "test_packaging", "test_config", "test_hf_rollout",
+# The README's test command runs the suite on three pytest-xdist workers (``-n 3``; pytest.ini: ``--dist loadgroup
+# --no-loadscope-reorder``): an e2e run is a chain of fresh Python processes started one after the other (driver, Ray,
+# TaskRunner, workers, rollout server, agent-loop worker: each importing torch, verl and transformers), ~70 s of
+# which ~1 core is busy on 2 idle cores; three at a time finish a run every ~44 s, two every ~58 s, four every ~52 s
+# (docs/cpu.md "The test suite's time"). Work units are handed out in the order below, longest first, so that the lanes
+# end together: each e2e test on its own (or its module, or its xdist_group mark, where tests share a run), then the
+# unit tests a module at a time (their module fixtures build toy models, verl engines and Ray clusters once per
+# module, not once per lane). A module not listed keeps its place after the listed ones of its kind.
+E2E_LONGEST_FIRST = ["test_two_nodes", "test_pipeline", "test_vllm_rollout", "test_compare", "test_examples_run",
+                     "test_gpu_settings", "test_multirun", "test_combinations", "test_toy_build", "test_cpu_pipeline",
+                     "test_evaluate"]
+UNIT_LONGEST_FIRST = ["test_actor_losses_cluster", "test_plugin", "test_import_first", "test_examples", "test_toy",
+                      "test_cpu_mode", "test_sweeps", "test_packaging", "test_config", "test_hf_rollout",
                       "test_gec", "test_actor_losses"]
 # e2e modules whose tests share a module fixture (one from-scratch toy build): one work unit
 E2E_ONE_UNIT = {"test_toy_build"}

@@ -55,33 +55,39 @@ class Run:
         return "\n".join(self.lines[-n:])
 
 
+def launch_main(workdir: Path, *overrides: str, metrics_name: str = "metrics.jsonl", timeout: int = 600) -> Run:
+    """Run ``python -m verl_ext.main`` (embedded CPU default + ``SMALL_RUN`` + overrides) in ``workdir``, its metrics
+    in ``workdir / metrics_name`` and its checkpoints in ``workdir / "ckpt"``; returns a ``Run`` (asserts rc 0)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
+    env.pop("VERL_PLATFORM", None)
+    metrics_path = workdir / metrics_name
+    args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console,file]",
+            f"trainer.file_logger_path={metrics_path}",
+            f"trainer.default_local_dir={workdir / 'ckpt'}", *SMALL_RUN, *overrides]
+    # own process group (Ray's driver also leads one), so a run that hangs is killed with all it started
+    popen = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        stdout, stderr = popen.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(popen.pid, signal.SIGKILL)
+        stdout, stderr = popen.communicate()
+        run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
+        pytest.fail(f"{' '.join(args)} did not finish in {timeout} s (killed):\n{run.tail()}")
+    run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
+    assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
+    return run
+
+
 @pytest.fixture
 def run_main(tmp_path):
-    """Run ``python -m verl_ext.main`` (embedded CPU default + overrides) in ``tmp_path``; returns a ``Run``."""
-
+    """``launch_main`` in ``tmp_path``: ``run_main(*overrides, timeout=600)``; each run its own metrics file (a resumed
+    run gets its own), the checkpoints shared (a resumed run finds them)."""
     calls = itertools.count(1)
 
     def _run(*overrides: str, timeout: int = 600) -> Run:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-        # no VERL_PLATFORM: CPU mode must come from the toy config's trainer.device=cpu, as for a bare run
-        env.pop("VERL_PLATFORM", None)
-        metrics_path = tmp_path / f"metrics.{next(calls)}.jsonl"  # one file per run: a resumed run gets its own
-        args = [sys.executable, "-m", "verl_ext.main", "trainer.logger=[console,file]",
-                f"trainer.file_logger_path={metrics_path}",
-                f"trainer.default_local_dir={tmp_path / 'ckpt'}", *SMALL_RUN, *overrides]
-        # own process group (Ray's driver also leads one), so a run that hangs is killed with all it started
-        popen = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, start_new_session=True)
-        try:
-            stdout, stderr = popen.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(popen.pid, signal.SIGKILL)
-            stdout, stderr = popen.communicate()
-            run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
-            pytest.fail(f"{' '.join(args)} did not finish in {timeout} s (killed):\n{run.tail()}")
-        run = Run(subprocess.CompletedProcess(args, popen.returncode, stdout, stderr), metrics_path)
-        assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
-        return run
+        return launch_main(tmp_path, *overrides, metrics_name=f"metrics.{next(calls)}.jsonl", timeout=timeout)
 
     return _run
 

@@ -1,7 +1,19 @@
 """End to end on CPU: the real verl trainers (Ray, FSDP2 on gloo, the agent loop, the `hf` rollout) through
 ``python -m verl_ext.main``, 2 steps each on the embedded toy task (GEC on, as in the default). The edge_grpo runs
 also run ``algorithm.edge_grpo.entropy_grad=true`` (the official EDGE-GRPO gradient through 1/H_i(θ)): legacy on 2
-data-parallel ranks with several micro-batches per rank, v1 with 2 mini-batches per step."""
+data-parallel ranks with several micro-batches per rank, v1 with 2 mini-batches per step.
+
+The legacy run is run twice, seeded, with two batching windows of the ``hf`` servers: a seeded run does not depend on
+how a server happens to batch its requests (which requests share a batch depends on their arrival times, i.e. on
+machine load). One closes a batch as soon as the queue stops growing (``batch_window_ms=0``), the other waits 200 ms
+for more; both must log the same outcome metrics at every step, validation's included, bit for bit. That includes the
+rollout-vs-actor float diagnostics (``rollout_corr/*``, ``training/rollout_*``): they carry the rollout's log-probs, so
+a batch-dependent rollout shows there from the first step, before any sampled token flips; and the validation before
+training generates 300 held-out prompts on the two ranks' servers. That the runs are not identical by accident (a
+rollout that ignores its seed) is a unit test's: rollout.seed from the config changes what a request samples
+(tests/unit/test_hf_rollout.py::test_server_seeds_requests_by_identity_not_arrival). (The two runs were a separate
+20-step pair of the one-rank default before; the claim shows at the first step, so the pair now carries this test's
+claims too: CI time.)"""
 
 from __future__ import annotations
 
@@ -10,7 +22,7 @@ import math
 
 import pytest
 
-from tests.e2e.conftest import assert_rollout_diagnostics_see_sampled_tokens
+from tests.e2e.conftest import assert_rollout_diagnostics_see_sampled_tokens, launch_main
 
 pytestmark = pytest.mark.e2e
 
@@ -117,17 +129,37 @@ def test_v1_trainer_edge_grpo(run_main, tmp_path):
     assert max(v["verl_ext/frac_adv_modified"] for v in steps.values()) > 0
 
 
-def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
-    # with the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks, and
-    # entropy_grad with 8 micro-batches per rank in one mini-batch
-    run = run_main(LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
-                   "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
-                   "actor_rollout_ref.actor.optim.lr=1e-3", ENTROPY_GRAD,
-                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                   "trainer.val_before_train=true", "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts")
+HF = "+actor_rollout_ref.rollout.engine_kwargs.hf"
+# the paper preset's linear LR decay (verl_ext/lr_schedule.py) in verl's FSDP engine on both ranks, and entropy_grad
+# with 8 micro-batches per rank in one mini-batch; seeded
+LEGACY_TWO_RANKS = [LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus_per_node=2",
+                    "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
+                    "actor_rollout_ref.actor.optim.lr=1e-3", ENTROPY_GRAD,
+                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.val_before_train=true",
+                    "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts", "data.seed=3",
+                    "actor_rollout_ref.rollout.seed=3"]
+# both tests read the module's one pair of runs: one pytest-xdist work unit
+LEGACY_PAIR = pytest.mark.xdist_group("e2e/test_pipeline/legacy_two_ranks")
+
+
+@pytest.fixture(scope="module")
+def legacy_two_rank_runs(tmp_path_factory):
+    """The seeded legacy two-rank run with the servers' batching window at 0 and at 200 ms: ``{window: (run, its
+    folder)}``."""
+    runs = {}
+    for window, knobs in ((0, [f"{HF}.batch_window_ms=0"]),
+                          (200, [f"{HF}.batch_window_ms=200", f"{HF}.max_batch_wait_ms=400"])):
+        folder = tmp_path_factory.mktemp(f"legacy_two_ranks_window{window}")
+        runs[window] = (launch_main(folder, *LEGACY_TWO_RANKS, *knobs, timeout=900), folder)
+    return runs
+
+
+@LEGACY_PAIR
+def test_legacy_trainer_edge_grpo_on_two_ranks(legacy_two_rank_runs):
+    run, folder = legacy_two_rank_runs[0]
     steps = run.metrics()
     validation_untouched_by_gec(steps)
-    gec_dump_rendered(tmp_path)
+    gec_dump_rendered(folder)
     trained(steps)
     entropy_grad_ran(run, steps, one_mini_batch=True)
     assert_rollout_diagnostics_see_sampled_tokens(steps, on_policy_steps=[1, 2])
@@ -139,3 +171,27 @@ def test_legacy_trainer_edge_grpo_on_two_ranks(run_main, tmp_path):
     # verl logs the LR after the scheduler step: lr 1e-3 decays linearly to 0 over the 2 steps
     assert steps[1]["actor/lr"] == pytest.approx(0.5e-3) and steps[2]["actor/lr"] == pytest.approx(0.0)
     assert "hf_server_1_0" in run.output  # one rollout server per training rank: the sharded path ran
+
+
+# wall-clock and memory measurements, never equal between two runs
+TIMING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/", "agent_loop/", "time/")
+
+
+def _outcomes(steps: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
+    return {step: {k: v for k, v in values.items()
+                   if not (k.startswith(TIMING_PREFIXES) or "/perf/" in k or "memory" in k)}
+            for step, values in steps.items()}
+
+
+@LEGACY_PAIR
+def test_the_batching_window_changes_no_metric(legacy_two_rank_runs):
+    eager = _outcomes(legacy_two_rank_runs[0][0].metrics())
+    patient = _outcomes(legacy_two_rank_runs[200][0].metrics())
+    assert sorted(eager) == [0, 1, 2]  # the validation before training, then 2 steps
+    assert max(eager[step]["actor/grad_norm"] for step in (1, 2)) > 0  # the runs trained
+    assert any(k.startswith("rollout_corr/") or k.startswith("training/rollout_") for k in eager[1])
+    assert any(k.startswith("val-core/") for k in eager[0])
+    for step, values in eager.items():
+        assert len(values) > (20 if step == 0 else 50) and values.keys() == patient[step].keys()
+        diff = {k: (v, patient[step][k]) for k, v in values.items() if v != patient[step][k]}
+        assert not diff, f"step {step}: {sorted(diff.items())[:20]}"

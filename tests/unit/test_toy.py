@@ -579,3 +579,15 @@ def test_a_build_that_loses_the_rename_race_uses_the_winners(tmp_path, monkeypat
     assets = toy_build._build_or_reuse(tmp_path, force=False, verbose=False, task="chain6", from_scratch=False)
     assert not assets.built and assets.stats["winner"].startswith("winner-")
     assert not any(p.name.startswith(".building-") for p in tmp_path.iterdir())  # our build was removed
+
+
+def test_a_warm_up_takes_its_recipes_steps(tok):
+    """The default toy's warm-up as its build runs it, with its recipe cut to 3 steps: it takes exactly those (the
+    whole 1000-step warm-up against the packaged weights: tests/e2e/test_toy_build.py, on the CPU they were built on)."""
+    import torch
+
+    cell = toy_designs.parse_cell(toy_designs.REASON_TASKS[toy_build.DEFAULT_TASK], warmup_steps=3)
+    with torch.random.fork_rng(devices=[]):
+        _, sft = toy_build.warm_up(cell, tok)
+    assert sft["sft_steps"] == 3 == cell.recipe["steps"]
+    assert sft["sft_steps"] != toy_designs.reason_cell(toy_build.DEFAULT_TASK).recipe["steps"]
