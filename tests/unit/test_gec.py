@@ -823,10 +823,11 @@ class FailingServer(FakeServer):
 
 
 @pytest.mark.parametrize("failure", ["raises", "cancelled"])
-def test_a_failed_member_stops_its_wrong_siblings_at_once(tok, reward_path, verl_loop, failure):
+def test_a_failed_member_stops_its_wrong_siblings_once_the_group_is_in(tok, reward_path, verl_loop, failure):
     """edit_scope=all_wrong_groups: a sample whose run fails before it reports its first attempt (its generation
-    raises, or its task is cancelled) resolves its group: the wrong siblings already waiting, and one arriving after
-    the failure, stop within seconds with an error naming the group and the failure, and no group entry is left."""
+    raises, or its task is cancelled), its siblings all wrong: the wrong siblings already waiting, and one arriving
+    after the failure, stop as soon as that last one reported, with an error naming the group and the failure, and
+    no group entry is left."""
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
@@ -903,6 +904,61 @@ def test_a_failed_member_lets_verls_v1_run_prompt_settle_its_group_at_once(tok, 
     assert statuses == ["running", "failure"]
 
 
+@pytest.mark.parametrize("sibling", ["right", "wrong"])
+def test_what_a_failure_costs_a_group_in_verls_v1_run_prompt(tok, reward_path, verl_loop, sibling, monkeypatch):
+    """edit_scope=all_wrong_groups, through verl's own v1 ``_run_prompt``, a group of three whose session 1 fails
+    first, then session 0 (wrong) and session 2 report: with session 2 right, the group keeps both (the failure
+    costs one sample, the wrong one waiting is not failed by it); with all wrong, it keeps none (the group cannot
+    be decided: the failed sample and its n - 1 wrong siblings). verl marks the group failed either way."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.trainer.ppo.v1 import agent_loop_tq
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS, GecAgentLoop
+
+    statuses, kept = [], []
+
+    async def kv_put(key, partition_id, tag):
+        statuses.append(tag["status"])
+
+    monkeypatch.setattr(agent_loop_tq, "tq", types.SimpleNamespace(async_kv_put=kv_put))
+    config = make_config(reward_path, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 3
+    config.actor_rollout_ref.rollout.agent = {"default_agent_loop": "gec_agent"}
+    uid = f"v1-cost-{sibling}"
+    servers = [GatedServer(tok), GatedServer(tok, error=RuntimeError("the engine died")),
+               GatedServer(tok, first=FIRST_RIGHT if sibling == "right" else FIRST_WRONG)]
+
+    async def run_agent_loop(sampling_params, trajectory, trace=False, **kwargs):
+        loop = GecAgentLoop(trainer_config=DictConfigWrap(config), server_manager=servers[kwargs["session_id"]],
+                            tokenizer=tok, processor=None, dataset_cls=RLHFDataset,
+                            data_config=DictConfigWrap(config.data))
+        out = await loop.run(sampling_params, **kwargs)
+        kept.append(kwargs["session_id"])
+        return out
+
+    fake = types.SimpleNamespace(config=config, _run_agent_loop=run_agent_loop)
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+    prompt = dict(sample(uid=uid), global_steps=1)
+
+    def group():
+        return _FIRST_ATTEMPTS._open.get((uid, 1))
+
+    async def main():
+        run = asyncio.create_task(worker._run_prompt(fake, prompt, dict(TRAIN_SP), {"validate": False}))
+        for i, counter in ((1, "failed"), (0, "reported"), (2, None)):
+            await _until(lambda: group() is not None)
+            servers[i].gate.set()
+            if counter is not None:
+                await _until(lambda c=counter: getattr(group(), c) == 1)
+        await asyncio.wait_for(run, 5.0)
+
+    asyncio.run(main())
+    assert statuses == ["running", "failure"]
+    assert sorted(kept) == ([0, 2] if sibling == "right" else [])
+    assert group() is None
+
+
 class GatedServer(FakeServer):
     """A first attempt generated only once the test opens its gate (``first``: right or wrong; ``error``: raises
     instead), so a group's members report in an order the test sets, whatever the machine's speed."""
@@ -954,13 +1010,12 @@ async def _until(condition):
 
 
 @pytest.mark.parametrize("order", ["failure, then a right one", "right one, then the failure"])
-def test_one_failed_sample_costs_only_the_wrong_siblings_without_a_verdict(tok, reward_path, verl_loop, order,
+def test_a_failed_sample_leaves_its_group_to_be_decided_by_a_right_sibling(tok, reward_path, verl_loop, order,
                                                                           monkeypatch):
     """edit_scope=all_wrong_groups, a group of four: a wrong first attempt, one sample whose generation raises, a right
-    first attempt and a wrong one that reports last. A right first attempt never needs the group's verdict: it
-    returns as sampled whether it arrives before or after the failure. A wrong one needs it: it raises only while
-    the failure leaves the group undecided (no right one yet); once a right one reported, the verdict is known
-    (not all wrong) and it is left as sampled."""
+    first attempt and a wrong one that reports last. A failure decides nothing while a sibling still runs: the wrong
+    one waiting goes on waiting, and a right first attempt, before or after the failure, makes the group not all
+    wrong for every wrong one (left as sampled). The failure costs only the failed sample."""
     config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups")
     config.actor_rollout_ref.rollout.n = 4
     uid = "mixed-" + order.split(",")[0]
@@ -973,19 +1028,56 @@ def test_one_failed_sample_costs_only_the_wrong_siblings_without_a_verdict(tok, 
         servers[wrong_first].gate.set()
         await _until(lambda: reported() == 1)  # waiting for its group
         steps = [failing, right] if order.startswith("failure") else [right, failing]
-        for i in steps:
+        for n, i in enumerate(steps):
             servers[i].gate.set()
             await _until(tasks[i].done)
+            await asyncio.sleep(0.05)
+            decided = right in steps[:n + 1]  # the waiting wrong one has its verdict once the right one reported
+            assert tasks[wrong_first].done() == decided, f"after sample {i}: {tasks[wrong_first]}"
         servers[wrong_last].gate.set()
 
     results = _gated_group(tok, config, servers, uid, script, monkeypatch)
     assert results[failing] is engine_error
     assert results[right].extra_fields["gec_branch"] == "none" and results[right].reward_score == 1.0
-    assert results[wrong_last].extra_fields["gec_branch"] == "group_not_all_wrong"
-    if order.startswith("failure"):  # it waited without a verdict when its sibling failed
-        assert isinstance(results[wrong_first], RuntimeError) and "the engine died" in str(results[wrong_first])
-    else:  # the right one decided the group before the failure
-        assert results[wrong_first].extra_fields["gec_branch"] == "group_not_all_wrong"
+    for i in (wrong_first, wrong_last):
+        assert not isinstance(results[i], BaseException), results[i]
+        assert results[i].extra_fields["gec_branch"] == "group_not_all_wrong"
+    from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS
+
+    assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]
+
+
+@pytest.mark.parametrize("failing", [0, 1, 3])
+def test_a_failed_sample_in_a_group_without_a_right_first_attempt_fails_its_wrong_siblings(
+        tok, reward_path, verl_loop, failing, monkeypatch):
+    """edit_scope=all_wrong_groups, a group of four whose first attempts that were scored are all wrong, one sample
+    failing first, between or last: no wrong one is stopped while a sibling still runs (it could be right); once the
+    last one reported or failed, the group cannot be decided (the failed one's first attempt is unknown) and every
+    wrong one raises, naming the group and the failure."""
+    config = make_config(reward_path, p_reflect=0.0, p_answer=1.0, p_solution=0.0, edit_scope="all_wrong_groups")
+    config.actor_rollout_ref.rollout.n = 4
+    uid = f"undecidable-{failing}"
+    engine_error = RuntimeError("the engine died")
+    servers = [GatedServer(tok, error=engine_error if i == failing else None) for i in range(4)]
+
+    async def script(servers, tasks, reported):
+        for i in range(4):
+            servers[i].gate.set()
+            if i == failing:
+                await _until(tasks[i].done)
+            else:
+                await _until(lambda i=i: reported() == i + 1 - (i > failing))
+            await asyncio.sleep(0.05)
+            if i < 3:  # a sibling still runs: no wrong one stops
+                assert not [j for j in range(4) if j != failing and tasks[j].done()], f"after sample {i}"
+
+    results = _gated_group(tok, config, servers, uid, script, monkeypatch)
+    assert results[failing] is engine_error
+    for i in set(range(4)) - {failing}:
+        assert isinstance(results[i], RuntimeError), results[i]
+        message = str(results[i])
+        assert uid in message and "edit_scope=all_wrong_groups" in message and "the engine died" in message
+        assert "1 of its 4 samples failed" in message
     from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS
 
     assert not [key for key in _FIRST_ATTEMPTS._open if key[0] == uid]

@@ -287,6 +287,35 @@ def test_a_member_failing_after_a_right_one_leaves_the_groups_decision():
     assert not board._open
 
 
+@pytest.mark.parametrize("third_right", [True, False])
+def test_a_failure_leaves_a_group_undecided_until_every_member_is_in(third_right):
+    """Three members joined; one waits wrong, one fails, then the third reports. The failure alone decides nothing:
+    the waiting one still waits; a right third makes the group not all wrong for both; a wrong third leaves it
+    undecidable (the failed one's first attempt is unknown), and both wrong ones raise, naming the failure."""
+    board = GroupFirstAttempts()
+
+    async def group():
+        for _ in range(3):
+            board.join("uid-4", 3)
+        waiting = asyncio.create_task(board.all_wrong("uid-4", 3, False))
+        await asyncio.sleep(0.01)
+        board.failed("uid-4", 3, RuntimeError("the engine died"))
+        await asyncio.sleep(0.01)
+        still_waiting = not waiting.done()
+        third = asyncio.create_task(board.all_wrong("uid-4", 3, third_right))
+        return still_waiting, await asyncio.gather(waiting, third, return_exceptions=True)
+
+    still_waiting, results = asyncio.run(group())
+    assert still_waiting
+    if third_right:
+        assert results == [False, False]
+    else:
+        for result in results:
+            assert isinstance(result, RuntimeError), result
+            assert "uid-4" in str(result) and "RuntimeError: the engine died" in str(result)
+    assert not board._open
+
+
 def test_out_of_scope_wrong_responses_stay_unedited_without_a_draw():
     cfg = GecConfig(enable=True, edit_scope="all_wrong_groups").validate()
 

@@ -238,6 +238,30 @@ def test_cells_that_differ_in_their_controls_share_one_warm_up(tmp_path, monkeyp
     assert cells["twodigit-h64l2-rl_lr=5e-5"]["rl_lr"] == 5e-5
 
 
+def test_a_reasoning_toys_cell_has_the_learning_rate_its_config_trains_with():
+    """One definition, ``designs.TASK_LR``: each reasoning toy's cell carries the RL learning rate its config resolves
+    (the default toy's 2e-5, docs/toy.md), not the search cells' default (chain6's 2e-4)."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.main import toy_rl_lr
+
+    lr = OmegaConf.select(OmegaConf.load(ROOT / "hydra_configs" / "toy_cpu.yaml"), "actor_rollout_ref.actor.optim.lr")
+    assert lr == 2e-5 == designs.reason_cell(build.DEFAULT_TASK).rl_lr
+    for task, spec in designs.REASON_TASKS.items():
+        assert "rl_lr" not in spec, f"{task}: its rate is TASK_LR's"
+        assert designs.reason_cell(task).rl_lr == designs.TASK_LR[task] == toy_rl_lr(task), task
+
+
+def test_a_cells_parameter_count_reads_the_tokenizers_vocabulary(monkeypatch):
+    from verl_ext.toy import tokenizer
+
+    assert len(tokenizer.build_tokenizer()) == tokenizer.VOCAB_SIZE
+    cell = designs.parse_cell("chain6/h64l2")
+    count = cell.n_params()
+    monkeypatch.setattr(tokenizer, "VOCAB_SIZE", tokenizer.VOCAB_SIZE + 1)
+    assert cell.n_params() == count + cell.model_kw["hidden_size"]  # one more tied embedding row
+
+
 def test_the_default_toy_is_the_searchs_cell():
     """The default toy (``chain5_unsolved``) is the search's pick, its learning rate the default config's; the first
     reasoning toy (``chain6``, ``+toy=chain6``) keeps its fingerprint (and so its packaged weights) and its own rate."""

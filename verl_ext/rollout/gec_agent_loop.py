@@ -267,11 +267,13 @@ class GroupFirstAttempts:
     Each sample takes its seat when it starts (:meth:`join`), then reports its first attempt (:meth:`all_wrong`) or
     its failure before that (:meth:`failed`). A right first attempt needs no verdict: it returns at once, and tells
     every wrong one that the group is not all wrong. A wrong one waits for the verdict: not all wrong (a right one
-    reported), all wrong (every sample reported, all wrong), or none to be had: a sibling failed before any right one
-    reported (its first attempt is unknown), the samples that started here are all in and fewer than the group's
-    (:data:`SIBLING_START_GRACE_S`), or it waited ``wait_s`` (``algorithm.gec.group_wait_s``; None: no limit); then
-    it raises, and only it: one failure costs the failed sample and the wrong ones that needed it. A group's entry
-    is removed once every sample arrived."""
+    reported), all wrong (every sample reported, all wrong), or none to be had: every sample reported or failed,
+    at least one failed and none was right (a failed sample's first attempt is unknown), the samples that started
+    here are all in and fewer than the group's (:data:`SIBLING_START_GRACE_S`), or it waited ``wait_s``
+    (``algorithm.gec.group_wait_s``; None: no limit); then it raises, and only it. A failure alone decides nothing:
+    a sibling still running may yet be right. So a failure costs the failed sample, and its wrong siblings only
+    when every first attempt that was scored in its group is wrong (then at most n - 1 more). A group's entry is
+    removed once every sample arrived."""
 
     def __init__(self):
         self._open: dict[Any, _Group] = {}
@@ -297,7 +299,8 @@ class GroupFirstAttempts:
 
     def failed(self, key: Any, size: int, error: BaseException) -> None:
         """A sample of group ``key`` failed before reporting (its generation or scoring raised, or its task was
-        cancelled): its wrong siblings without a verdict raise at once, unless a right one decided the group."""
+        cancelled). Its siblings go on waiting: the wrong ones raise once every sample reported or failed and none
+        was right (the group can no longer be decided); a right one, before or after, still decides the group."""
         group = self._group(key, size)
         group.failed += 1
         if not group.right and not group.failure:
@@ -306,7 +309,8 @@ class GroupFirstAttempts:
 
     async def all_wrong(self, key: Any, size: int, correct: bool, wait_s: float | None = None) -> bool:
         """Report a first attempt of group ``key``; whether every first attempt of the group is wrong (a right one:
-        False at once)."""
+        False at once, to it and to every wrong one waiting). A wrong one raises if the group ends without a right
+        first attempt but with a failed sample (:meth:`failed`), or past the deadlines above."""
         group = self._group(key, size)
         group.reported += 1
         group.right = group.right or correct
@@ -318,12 +322,13 @@ class GroupFirstAttempts:
         while True:
             if group.right:
                 return False
-            if group.failure:
-                raise RuntimeError(
-                    f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r} cannot be decided, one of its "
-                    f"{group.size} samples failed before its first attempt was scored ({group.failure}), and this "
-                    "sample's wrong first attempt needs the group's verdict")
             if group.complete:
+                if group.failed:
+                    raise RuntimeError(
+                        f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r} cannot be decided: "
+                        f"{group.failed} of its {group.expected} samples failed before their first attempt was scored "
+                        f"(first: {group.failure}), no other first attempt was right, and this sample's wrong first "
+                        "attempt needs the group's verdict")
                 return True
             limits = [t - loop.time() for t in (deadline, None if group.short_since is None else
                                                 group.short_since + SIBLING_START_GRACE_S) if t is not None]
@@ -336,8 +341,8 @@ class GroupFirstAttempts:
                     raise RuntimeError(
                         f"gec_agent: algorithm.gec.edit_scope=all_wrong_groups: group {key!r}: only {group.started} of "
                         f"its {group.size} samples (actor_rollout_ref.rollout.n) ran in this agent-loop worker, and all "
-                        "of them reported: the others never reach it (its samples split across agent-loop workers, "
-                        "or a per-prompt sample count, verl's __rollout_n__, other than rollout.n); use "
+                        "of them reported or failed: the others never reach it (its samples split across agent-loop "
+                        "workers, or a per-prompt sample count, verl's __rollout_n__, other than rollout.n); use "
                         "edit_scope=all") from None
                 if deadline is not None and loop.time() >= deadline:
                     raise RuntimeError(

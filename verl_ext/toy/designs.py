@@ -40,9 +40,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import reason
+from . import reason, tokenizer
 
 CHAIN2D = "toy_chain2d"
 CHAIN2D3 = "toy_chain2d3"
@@ -278,7 +278,7 @@ class Cell:
     size: str
     model_kw: dict = field(hash=False)
     recipe: dict = field(hash=False)  # REASON_SFT with the spec's overrides
-    rl_lr: float = TASK_LR["chain6"]  # the search's controls' learning rate
+    rl_lr: float = TASK_LR["chain6"]  # the search's controls' learning rate (a reasoning toy's: its TASK_LR)
 
     @property
     def warmup_key(self) -> str:
@@ -293,7 +293,7 @@ class Cell:
     def n_params(self) -> int:
         h, n_layers, i = self.model_kw["hidden_size"], self.model_kw["num_hidden_layers"], self.model_kw["intermediate_size"]
         kv = self.model_kw["num_key_value_heads"] * h // self.model_kw["num_attention_heads"]
-        vocab = 260  # the byte tokenizer's 256 + 4 specials (tied embeddings)
+        vocab = tokenizer.VOCAB_SIZE  # tied embeddings
         layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * i + 2 * h
         return vocab * h + n_layers * layer + h
 
@@ -322,5 +322,6 @@ def parse_cell(spec: str, warmup_steps: int | None = None) -> Cell:
 
 
 def reason_cell(task: str) -> Cell:
-    """The design, model size and warm-up recipe of a reasoning toy (``REASON_TASKS``), as a cell."""
-    return parse_cell(REASON_TASKS[task])
+    """The design, model size and warm-up recipe of a reasoning toy (``REASON_TASKS``), as a cell, with the RL
+    learning rate its config trains with (``TASK_LR``)."""
+    return replace(parse_cell(REASON_TASKS[task]), rl_lr=TASK_LR[task])

@@ -18,6 +18,7 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 PAD = "<pad>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END, PAD)
+VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # len(build_tokenizer()): the byte alphabet, then the specials
 
 # Same split regex as transformers' Qwen2Tokenizer.
 _QWEN_PRETOKENIZE_REGEX = (
