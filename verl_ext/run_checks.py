@@ -8,9 +8,9 @@ with verl's settings (rollout.n, agent loops, rollout correction, filter_groups,
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from verl_ext.batch_split import check_engine_batch_split, runs_training
 from verl_ext.config import ConfigError, ExtAlgorithmConfig, _check, config_value, load_algorithm_config
 from verl_ext.data_checks import check_gec_data, data_agent_names
 from verl_ext.names import ADV_ESTIMATORS, GEC_AGENT_NAME
@@ -110,8 +110,7 @@ def check_estimator_settings(config: Any, ext: ExtAlgorithmConfig) -> None:
             "algorithm.gepo.logprob_source=rollout needs actor_rollout_ref.rollout.calculate_log_probs=true"
         )
     n = int(config_value(config, "actor_rollout_ref.rollout.n", 1))
-    trains = not bool(config_value(config, "trainer.val_only", False))  # val_only: no advantage
-    if trains and estimator in ADV_ESTIMATORS and n < 2:  # both are group-relative
+    if runs_training(config) and estimator in ADV_ESTIMATORS and n < 2:  # both are group-relative
         raise ConfigError(
             f"actor_rollout_ref.rollout.n={n} is invalid with algorithm.adv_estimator={estimator}: the advantage is "
             "relative to a group of rollout.n responses per prompt and a group of one has advantage = raw reward "
@@ -369,123 +368,6 @@ def check_token_sum_norm_horizon(config: Any, ext: ExtAlgorithmConfig) -> None:
 
 FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_replay, check_gec_credit_options,
                               check_gec_remax, check_token_sum_norm_horizon)
-
-ACTOR = "actor_rollout_ref.actor"
-FSDP_STRATEGIES = ("fsdp", "fsdp2")
-
-
-def _ulysses_size(config: Any, role: str) -> int:
-    """A role's Ulysses sequence-parallel size as verl 0.9.1's ``ActorConfig`` sets it on the FSDP engine: the
-    role's deprecated top-level key wins when above 1, else ``<role>.fsdp_config``'s."""
-    top = int(config_value(config, f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size", 1) or 1)
-    return top if top > 1 else int(
-        config_value(config, f"actor_rollout_ref.{role}.fsdp_config.ulysses_sequence_parallel_size", 1) or 1)
-
-
-def log_prob_rows_per_rank(config: Any, dp: int, responses_per_mini_batch: int) -> int | None:
-    """The responses each data-parallel rank gets in one old-log-prob (and reference) pass, as verl 0.9.1 batches
-    them; None where verl's own ``validate_config`` refuses the batch first.
-
-    The legacy trainer passes the step's whole batch (``data.train_batch_size × rollout.n``); the v1 trainer passes
-    each local update's sample (``train_batch_size / parameter_sync_step`` prompts) padded up to a multiple of
-    ``lcm(dp, ppo_mini_batch_size × n)`` (``_get_required_batch_multiple``, the critic's mini-batch too when a critic
-    trains). The ranks split it evenly."""
-    n = int(config_value(config, "actor_rollout_ref.rollout.n", 1))
-    prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
-    if not config_value(config, "trainer.use_v1", True):
-        return prompts * n // dp if prompts * n % dp == 0 else None
-    mode = config_value(config, "trainer.v1.trainer_mode", None)
-    sync_steps = int(config_value(config, f"trainer.v1.{mode}.parameter_sync_step", 1) or 1) if mode else 1
-    if prompts % sync_steps:
-        return None  # verl's v1 trainer asserts it at its first step; separate_async's own check at start-up
-    multiple = math.lcm(dp, responses_per_mini_batch)
-    if config_value(config, "critic.enable", None) or (
-            config_value(config, "critic.enable", None) is None
-            and config_value(config, "algorithm.adv_estimator", "") == "gae"):
-        critic_mini = config_value(config, "critic.ppo_mini_batch_size", None)
-        if critic_mini:
-            multiple = math.lcm(multiple, int(critic_mini) * n)
-    rows = prompts // sync_steps * n
-    return -(-rows // multiple) * multiple // dp
-
-
-def check_engine_batch_split(config: Any, ext: ExtAlgorithmConfig) -> None:
-    """Batch sizes verl 0.9.1's FSDP engine cannot split, refused at start-up with a size that works (verl itself
-    stops on them only in a worker, at the first update or log-prob pass, with an assertion that names no setting).
-
-    Without dynamic batch size, the engine cuts what each data-parallel rank gets into micro-batches of exactly
-    ``micro_batch_size_per_gpu`` (``verl.workers.engine.utils.prepare_micro_batches``): an actor mini-batch
-    (``ppo_mini_batch_size × rollout.n / dp``, where ``dp`` = GPUs / Ulysses size; ``train_mini_batch`` first asserts
-    that dp divides ``ppo_mini_batch_size × n``) into ``actor.ppo_micro_batch_size_per_gpu``, and an old-log-prob or
-    reference pass (:func:`log_prob_rows_per_rank`) into ``rollout.log_prob_micro_batch_size_per_gpu`` /
-    ``ref.log_prob_micro_batch_size_per_gpu``. What verl's ``validate_config`` already refuses (``train_batch_size ×
-    n`` not a multiple of the GPUs, ``train_batch_size < ppo_mini_batch_size``) is left to it; other engines than
-    FSDP are not checked."""
-    if str(config_value(config, f"{ACTOR}.strategy", "fsdp")) not in FSDP_STRATEGIES:
-        return
-    n = int(config_value(config, "actor_rollout_ref.rollout.n", 1))
-    prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
-    mini = int(config_value(config, f"{ACTOR}.ppo_mini_batch_size", 0) or 0)
-    gpus = int(config_value(config, "trainer.n_gpus_per_node", 1)) * int(config_value(config, "trainer.nnodes", 1))
-    if prompts <= 0 or mini <= 0 or gpus <= 0 or prompts * n % gpus or prompts < mini:
-        return  # verl's validate_config refuses these itself
-    dynamic = bool(config_value(config, f"{ACTOR}.use_dynamic_bsz", False))
-    sp = _ulysses_size(config, "actor")
-    dp = max(gpus // sp, 1)
-    responses = mini * n
-    if responses % dp:
-        step = dp // math.gcd(n, dp)
-        raise ConfigError(
-            f"{ACTOR}.ppo_mini_batch_size={mini} with actor_rollout_ref.rollout.n={n} on {dp} data-parallel ranks "
-            f"(trainer.n_gpus_per_node x trainer.nnodes = {gpus}, Ulysses size {sp}): verl's engine splits each "
-            f"mini-batch of {responses} responses evenly over the ranks and stops in a worker when it cannot; set "
-            f"{ACTOR}.ppo_mini_batch_size to a multiple of {step} (e.g. {-(-mini // step) * step}, keeping "
-            f"data.train_batch_size a multiple of it)")
-    if not config_value(config, "trainer.use_v1", True) and prompts % mini:
-        raise ConfigError(
-            f"data.train_batch_size={prompts} with {ACTOR}.ppo_mini_batch_size={mini} on the legacy trainer "
-            f"(trainer.use_v1=false): verl's engine cuts each step's batch into whole mini-batches and stops in a "
-            f"worker when they do not divide it (the v1 trainer pads the batch instead); set "
-            f"{ACTOR}.ppo_mini_batch_size={math.gcd(prompts, mini)} or a train_batch_size that is a multiple of {mini}")
-    if dynamic:
-        return  # micro-batches by token budget: any size splits
-    per_rank = responses // dp
-    cuts = []  # (micro-batch key, its value, responses per rank, of what)
-    micro = config_value(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", None)
-    if micro and per_rank % int(micro):
-        cuts.append((f"{ACTOR}.ppo_micro_batch_size_per_gpu", int(micro), per_rank,
-                     f"actor mini-batch ({ACTOR}.ppo_mini_batch_size={mini} x n={n} / {dp} ranks)"))
-    rows = None if bypass_mode(config) else log_prob_rows_per_rank(config, dp, responses)  # bypass: no such pass
-    v1 = bool(config_value(config, "trainer.use_v1", True))
-    batch = (f"data.train_batch_size={prompts} x n={n}" + (f", padded by the v1 trainer to a multiple of "
-                                                           f"ppo_mini_batch_size x n = {responses}," if v1 else "")
-             + f" / {dp} ranks")
-    micro = config_value(config, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", None)
-    if rows is not None and micro and rows % int(micro):
-        cuts.append(("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", int(micro), rows,
-                     f"old-log-prob pass ({batch})"))
-    uses_ref = bool(config_value(config, "algorithm.use_kl_in_reward", False)
-                    or config_value(config, f"{ACTOR}.use_kl_loss", False))
-    ref_in_actor = int(config_value(config, "actor_rollout_ref.model.lora.rank", 0) or 0) > 0 or int(
-        config_value(config, "actor_rollout_ref.model.lora_rank", 0) or 0) > 0 or config_value(
-        config, "actor_rollout_ref.model.lora_adapter_path", None) is not None  # verl's ref_in_actor: actor's pass
-    micro = config_value(config, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", None)
-    if (uses_ref and not ref_in_actor and micro
-            and not config_value(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", dynamic)):
-        ref_dp = max(gpus // _ulysses_size(config, "ref"), 1)
-        ref_rows = log_prob_rows_per_rank(config, ref_dp, responses)
-        if ref_rows is not None and ref_rows % int(micro):
-            cuts.append(("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", int(micro), ref_rows,
-                         f"reference pass ({batch.replace(f'/ {dp} ranks', f'/ {ref_dp} ranks')})"))
-    if cuts:
-        raise ConfigError(
-            "verl's engine cannot split these batches into its micro-batches (with dynamic batch size off it cuts "
-            "what each data-parallel rank gets into micro_batch_size_per_gpu rows and stops in a worker when they "
-            "do not divide it): " + "; ".join(
-                f"{key}={value} against {rows} responses per rank in each {what}: set {key}={math.gcd(rows, value)}"
-                for key, value, rows, what in cuts)
-            + f"; or turn on dynamic batch size ({ACTOR}.use_dynamic_bsz=true)")
-
 
 # verl_ext's start-up checks, in the order they run (validate_run_config); each takes (config, ext) and raises a
 # ConfigError. Every one but check_engine_batch_split refuses only while a verl_ext feature is on.

@@ -404,12 +404,41 @@ def check_plugin_hooks() -> None:
         require(found, f"module {name}", f"verl_ext's plugin hooks its import to {'; '.join(whats)}")
 
 
+BATCH_SPLIT_HINT = ("verl_ext's start-up check of batch sizes (verl_ext.batch_split) models how verl's engine splits "
+                    "a step's batch; tests/unit/test_batch_split_grid.py checks the model against this verl")
+
+
+def check_batch_split(use_v1: bool) -> None:
+    """What ``verl_ext.batch_split`` reads of verl's engine workers and trainers: which settings each pass takes its
+    micro-batches and dynamic batch size from, where the update and the engine assert, and when ``fit`` returns
+    before training."""
+    workers = require_module("verl.workers.engine_workers")
+    engine_utils = require_module("verl.workers.engine.utils")
+    require_uses(workers.ActorRolloutRefWorker.init_model, (
+        "log_prob_use_dynamic_bsz", "log_prob_micro_batch_size_per_gpu", "use_dynamic_bsz",
+        "infer_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"), "ActorRolloutRefWorker.init_model",
+        BATCH_SPLIT_HINT)
+    require_uses(workers.TrainingWorker.train_mini_batch, ("mini_batch_size", "get_data_parallel_size",
+                                                           "make_iterator"), "TrainingWorker.train_mini_batch",
+                 BATCH_SPLIT_HINT)
+    require_uses(engine_utils.prepare_micro_batches, ("micro_batch_size_per_gpu", "use_dynamic_bsz"),
+                 "verl.workers.engine.utils.prepare_micro_batches", BATCH_SPLIT_HINT)
+    if use_v1:
+        trainer = require_module("verl.trainer.ppo.v1.trainer_base").PPOTrainer
+        require_uses(trainer._balance_batch, ("_get_required_batch_multiple", "upsample_batch_to_divisible_size"),
+                     "PPOTrainer._balance_batch", BATCH_SPLIT_HINT)
+    else:
+        trainer = require_module("verl.trainer.ppo.ray_trainer").RayPPOTrainer
+    require_uses(trainer.fit, ("val_before_train", "val_only"), f"{trainer.__name__}.fit", BATCH_SPLIT_HINT)
+
+
 def check_trainers(use_v1: bool) -> None:
     """The checks of the trainer a run uses (called by ``verl_ext.main`` before Ray starts and by the runners)."""
     if use_v1:
         check_v1_trainer()
     else:
         check_legacy_trainer()
+    check_batch_split(use_v1)
     check_file_logger()
     check_plugin_hooks()
 

@@ -1,52 +1,41 @@
-"""verl_ext.cpu.config_checks: Ulysses sequence parallelism cannot run on CPU, shown on verl's own patch, and refused
-at start-up naming the key."""
+"""verl_ext.cpu.config_checks: Ulysses sequence parallelism cannot run on CPU (verl exchanges the sequence slices only
+inside the flash-attention forward it patches; the CPU model's sdpa attention is left as it is), refused at start-up
+naming the key."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from verl_ext.config import ConfigError
 from verl_ext.cpu.config_checks import ULYSSES_KEYS, check_cpu_run_config
 
-
-def _tiny_qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    config._attn_implementation = "sdpa"  # the CPU model's attention (hydra_configs/toy_cpu.yaml)
-    return Qwen2ForCausalLM(config).eval()
-
-
-def _log_probs(model, ids, positions):
-    with torch.no_grad():
-        logits = model(input_ids=ids, position_ids=positions).logits[:, :-1]
-    return logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+# verl 0.9.1's Ulysses keys, one per role and config node, written out (a key left out of ULYSSES_KEYS would go
+# unchecked); each is in verl's ppo_trainer config
+ROLE_ULYSSES_KEYS = (
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size",
+    "critic.fsdp.ulysses_sequence_parallel_size",
+)
 
 
-def test_verls_ulysses_patch_leaves_the_cpu_models_attention_local_to_each_rank(monkeypatch):
-    """verl's Ulysses exchange lives in the flash-attention forward it patches; the sdpa attention a CPU run uses is
-    left as it is, so a rank holding the second half of a sequence attends to that half only, and scores it
-    differently from the whole sequence."""
-    from transformers.integrations import flash_attention
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from verl.models.transformers.monkey_patch import _ulysses_flash_attention_forward, apply_monkey_patch
+@pytest.mark.parametrize("key", ROLE_ULYSSES_KEYS)
+def test_a_cpu_run_is_refused_each_roles_ulysses_size_before_ray_starts_and_accepts_one(key):
+    """``python -m verl_ext.main`` in CPU mode (the toy: trainer.device=cpu) refuses a Ulysses size of 2 for each
+    role, naming the key, and accepts 1. On two CPU "GPUs" with remove-padding on, nothing else refuses a size of 2
+    (verl's ``validate_config`` and the batch split accept it): without verl_ext's CPU check the run would start."""
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.main import prepare
 
-    monkeypatch.setattr(flash_attention, "_flash_attention_forward", flash_attention._flash_attention_forward)
-    model = _tiny_qwen2()
-    apply_monkey_patch(model, ulysses_sp_size=2)
-    assert flash_attention._flash_attention_forward is _ulysses_flash_attention_forward  # Ulysses: flash only
-    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa_attention_forward  # the CPU model's attention: not exchanged
-
-    ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
-    positions = torch.arange(16)[None]
-    whole = _log_probs(model, ids, positions)[:, 8:]  # tokens 9..15 scored on the whole sequence
-    rank_1 = _log_probs(model, ids[:, 8:], positions[:, 8:])  # rank 1 of 2: its slice (tokens 8..15), its positions
-    assert (whole - rank_1).abs().max() > 1e-2
+    two_ranks = ["trainer.n_gpus_per_node=2", "actor_rollout_ref.model.use_remove_padding=true"]
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}=2: Ulysses sequence parallelism cannot run on CPU"):
+        prepare(compose_run_config("toy_cpu", [*two_ranks, f"{key}=2"]), [])
+    prepare(compose_run_config("toy_cpu", [*two_ranks, f"{key}=1"]), [])
 
 
 @pytest.mark.parametrize("key", ULYSSES_KEYS)

@@ -185,12 +185,80 @@ def test_nodes_with_too_few_cpus_for_verls_bundles_are_refused_naming_each_node_
 
 def test_gpus_spread_thinner_than_a_node_of_the_pool_are_refused():
     # verl's own check compares the cluster's total of GPUs only (2 >= 2): the run would wait forever
-    from verl_ext.resource_pools import check_pools_fit, unplaced_groups
+    from verl_ext.resource_pools import check_pools_fit
 
     config = _pools_config("trainer.nnodes=1", "trainer.n_gpus_per_node=2")
     with pytest.raises(ConfigError, match=r"1 placement group\(s\) of 2 bundle\(s\).*at least 2 GPU and 6 CPU"):
         check_pools_fit(config, _nodes((8, 1), (8, 1)), "x")
     check_pools_fit(config, _nodes((8, 2), (8, 0)), "x")
-    # first-fit from the largest group: 2 + 1 + 1 GPUs on nodes of 2 and 2
-    assert unplaced_groups({"a": [1, 1], "b": [2]}, _nodes((6, 2), (6, 2))) == []
-    assert unplaced_groups({"a": [1, 1, 1], "b": [2]}, _nodes((9, 2), (9, 2))) == [("a", 1)]
+
+
+REWARD_POOL = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.nnodes=2",
+               "reward.reward_model.n_gpus_per_node=3"]
+
+
+def test_a_layout_that_fits_is_found_where_largest_first_packing_misses_it():
+    """Nodes of 6 and 4 GPUs hold a global pool of [4] and a reward pool of [3, 3] as 3 + 3 on the first and 4 on the
+    second; first-fit from the largest puts the 4 on the first node and has no room left for a 3."""
+    from verl_ext.resource_pools import check_pools_fit, trainer_pools
+
+    config = _pools_config("trainer.nnodes=1", "trainer.n_gpus_per_node=4", "reward.reward_model.enable=true",
+                           *REWARD_POOL)
+    assert trainer_pools(config) == {"global_pool": [4], "reward_pool": [3, 3]}
+    check_pools_fit(config, _nodes((18, 6), (12, 4)), "x")
+    with pytest.raises(ConfigError, match="in any layout"):  # 10 GPUs as 5 + 5: enough in all, no layout
+        check_pools_fit(config, _nodes((18, 5), (18, 5)), "x")
+
+
+def test_the_reward_pool_is_counted_only_when_verl_places_it():
+    """With ``enable_resource_pool`` but the reward model off, verl creates no placement group for the reward pool
+    (its reward loop gets the pool only with the reward model on)."""
+    from verl_ext.resource_pools import check_pools_fit, trainer_pools
+
+    config = _pools_config("trainer.nnodes=1", "trainer.n_gpus_per_node=4", "reward.reward_model.enable=false",
+                           *REWARD_POOL)
+    assert trainer_pools(config) == {"global_pool": [4]}
+    check_pools_fit(config, _nodes((12, 4)), "x")
+
+
+def _brute_force_fits(groups, nodes, cpus_per_bundle=3):
+    import itertools
+
+    for where in itertools.product(range(len(nodes)), repeat=len(groups)):
+        used = [[0, 0] for _ in nodes]
+        for g, node in zip(groups, where):
+            used[node][0] += g
+            used[node][1] += g * cpus_per_bundle
+        if all(u[0] <= n[1] and u[1] <= n[0] for u, n in zip(used, nodes)):
+            return True
+    return False
+
+
+def test_the_layout_search_is_exact():
+    """Against every assignment of groups to nodes, on random small clusters and pools."""
+    import random
+
+    from verl_ext.resource_pools import pools_fit
+
+    rng = random.Random(6)
+    seen = set()
+    for _ in range(400):
+        nodes = [(rng.choice((6, 9, 12, 24)), rng.randint(0, 8)) for _ in range(rng.randint(1, 3))]
+        groups = [rng.randint(1, 5) for _ in range(rng.randint(1, 5))]
+        expected = _brute_force_fits(groups, nodes)
+        seen.add(expected)
+        assert pools_fit({"a": groups}, _nodes(*nodes)) is expected, (groups, nodes)
+    assert seen == {True, False}
+
+
+def test_a_search_too_large_to_finish_warns_and_does_not_refuse(monkeypatch):
+    from verl_ext import resource_pools
+
+    config = _pools_config("trainer.nnodes=1", "trainer.n_gpus_per_node=4", "reward.reward_model.enable=true",
+                           *REWARD_POOL)
+    nodes = _nodes((18, 5), (18, 5))  # no layout (above): decided after a few placements
+    assert resource_pools.pools_fit(resource_pools.trainer_pools(config), nodes) is False
+    assert resource_pools.pools_fit(resource_pools.trainer_pools(config), nodes, max_steps=1) is None
+    monkeypatch.setattr(resource_pools, "SEARCH_STEPS", 1)
+    with pytest.warns(UserWarning, match="could not decide whether the Ray cluster"):
+        resource_pools.check_pools_fit(config, nodes, "x")

@@ -4,11 +4,13 @@ value that works (which verl's own checks then accept)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from verl_ext.config import ConfigError
 from verl_ext.dry_run import compose_run_config
-from verl_ext.run_checks import STARTUP_CHECKS, check_gec_group_wait, validate_run_config
+from verl_ext.run_checks import STARTUP_CHECKS
 
 # the toy with every verl_ext feature off: verl's grpo, verl's single-turn agent loop, no GEC
 PLAIN = ["algorithm.adv_estimator=grpo", "algorithm.gec.enable=false",
@@ -46,72 +48,169 @@ VERL_SETTINGS = {
 @pytest.mark.parametrize("name", VERL_SETTINGS)
 def test_a_plain_verl_run_is_never_refused_by_verl_ext(name):
     settings, feature = VERL_SETTINGS[name]
-    config = _prepared(*PLAIN, *settings)  # verl_ext's checks and verl's own accept it
-    ext = validate_run_config(config)
-    for check in STARTUP_CHECKS:  # each check on its own, as the walk of validate_run_config
-        check(config, ext)
+    _prepared(*PLAIN, *settings)  # verl_ext's checks and verl's own accept it
     # the same settings with a verl_ext feature on are refused: the checks above had something to refuse
     with pytest.raises(ConfigError):
         _prepared(*PLAIN, *settings, feature, "actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent")
 
 
-def test_start_up_checks_are_one_ordered_list_that_validate_run_config_walks(monkeypatch):
-    import verl_ext.run_checks as run_checks
-
-    assert check_gec_group_wait in STARTUP_CHECKS and STARTUP_CHECKS[-1] is run_checks.check_engine_batch_split
-    called = []
-    monkeypatch.setattr(run_checks, "STARTUP_CHECKS", tuple(
-        (lambda c, e, name=check.__name__: called.append(name)) for check in STARTUP_CHECKS))
-    validate_run_config(compose_run_config("toy_cpu", []))
-    assert called == [check.__name__ for check in STARTUP_CHECKS]
-
-
 ONE_PROMPT = ["data.train_batch_size=1", f"{ACTOR}.ppo_mini_batch_size=1"]  # toy: rollout.n=8, micro-batches of 64
+REF = "actor_rollout_ref.ref"
+SPLIT_REFUSAL = "verl's workers would stop on these batch settings"
+
+# plain batch settings verl runs to the end, each with the change on which verl's engine would stop instead
+ENGINE_SPLITS = {
+    # evaluating a checkpoint: verl returns after the validation before training, nothing is split (issue 54, 3)
+    "val_only": ([*ONE_PROMPT, "trainer.val_only=true"], ["trainer.val_before_train=false"]),
+    # the v1 trainer pads 24 responses to 32: two micro-batches of 16 per pass; the legacy one cannot
+    "v1_pads": (["data.train_batch_size=3", f"{ACTOR}.ppo_mini_batch_size=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=16",
+                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "trainer.use_v1=true"],
+                ["trainer.use_v1=false"]),
+    # dynamic batch size: the reference pass follows ref.log_prob_use_dynamic_bsz (the actor's by default)
+    "dynamic": ([*ONE_PROMPT, f"{ACTOR}.use_dynamic_bsz=true", f"{ACTOR}.use_kl_loss=true",
+                 f"{REF}.log_prob_micro_batch_size_per_gpu=64"], [f"{REF}.log_prob_use_dynamic_bsz=false"]),
+    "reference_micro_batches": ([*ONE_PROMPT, f"{ACTOR}.ppo_micro_batch_size_per_gpu=8",
+                                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+                                 f"{REF}.log_prob_micro_batch_size_per_gpu=16"], [f"{ACTOR}.use_kl_loss=true"]),
+}
+
+
+@pytest.mark.parametrize("name", ENGINE_SPLITS)
+def test_plain_batch_settings_verl_runs_are_never_refused(name):
+    settings, stops = ENGINE_SPLITS[name]
+    _prepared(*PLAIN, *settings)
+    with pytest.raises(ConfigError, match=SPLIT_REFUSAL):
+        _prepared(*PLAIN, *settings, *stops)
+
+
+def _suggested(message: str) -> list[list[str]]:
+    """The settings a refusal names as working, as overrides: its "Settings that split" and its dynamic batch size
+    alternative."""
+    found = re.search(r"Settings that split: (?P<set>[^()]+?)(?: \(or dynamic batch size: (?P<dynamic>[^()]+)\))?$",
+                      message)
+    return [group.split(", ") for group in (found["set"], found["dynamic"]) if group] if found else []
+
+
+# refused batch settings (plain grpo and the toy's edge_grpo + GEC), each with what the refusal must name
+REFUSED_SPLITS = {
+    "micro_batches": ([*ONE_PROMPT], [
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu=64 against 8 responses per rank in each actor mini-batch",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 against 8 responses per rank in each "
+        "old-log-prob pass (data.train_batch_size=1 x n=8, over 1 data-parallel ranks)"]),
+    # issue 54, 4: the mini-batch size alone (1) would leave micro-batches of 16 against 8 responses
+    "legacy_whole_mini_batches": (["trainer.use_v1=false", "data.train_batch_size=3", f"{ACTOR}.ppo_mini_batch_size=2",
+                                   f"{ACTOR}.ppo_micro_batch_size_per_gpu=16",
+                                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16"],
+                                  [f"data.train_batch_size=3, not a multiple of {ACTOR}.ppo_mini_batch_size=2"]),
+    # 2 ranks, rollout.n=3: verl's own check (train_batch_size x n a multiple of the GPUs) passes, a mini-batch of 3
+    # responses cannot be shared by 2 ranks
+    "ranks_share_mini_batches": (["trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.n=3",
+                                  "data.train_batch_size=4", f"{ACTOR}.ppo_mini_batch_size=1"],
+                                 [f"{ACTOR}.ppo_mini_batch_size=1 x n=3 = 3 responses per mini-batch, which verl's "
+                                  "update shares evenly over 2 data-parallel ranks"]),
+    # issue 54, 5: dynamic batch size on for the actor, not for the reference (2 responses, micro-batches of 3)
+    "reference_without_dynamic_batch_size": (
+        ["data.train_batch_size=1", f"{ACTOR}.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=2",
+         f"{ACTOR}.use_dynamic_bsz=true", f"{ACTOR}.use_kl_loss=true", f"{REF}.log_prob_use_dynamic_bsz=false",
+         f"{REF}.log_prob_micro_batch_size_per_gpu=3"],
+        [f"{REF}.log_prob_micro_batch_size_per_gpu=3 against 2 responses per rank in each reference pass"]),
+    # verl's actor worker asserts at start that the old-log-prob pass's setting is the actor's
+    "old_log_probs_without_the_actors_dynamic_batch_size": (
+        [f"{ACTOR}.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false"],
+        ["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false with actor_rollout_ref.actor.use_dynamic_bsz=true"]),
+}
 
 
 @pytest.mark.parametrize("features", [PLAIN, []], ids=["plain_grpo", "toy_edge_grpo_gec"])
-def test_a_batch_the_engine_cannot_split_is_refused_naming_the_keys_and_a_size_that_works(features):
-    with pytest.raises(ConfigError) as refused:
-        _prepared(*features, *ONE_PROMPT)
+@pytest.mark.parametrize("name", REFUSED_SPLITS)
+def test_a_batch_the_engine_cannot_split_is_refused_naming_settings_that_pass_every_check(name, features):
+    settings, named = REFUSED_SPLITS[name]
+    with pytest.raises(ConfigError, match=SPLIT_REFUSAL) as refused:
+        _prepared(*features, *settings)
     message = str(refused.value)
-    assert (f"{ACTOR}.ppo_micro_batch_size_per_gpu=64 against 8 responses per rank in each actor mini-batch "
-            f"({ACTOR}.ppo_mini_batch_size=1 x n=8 / 1 ranks): set {ACTOR}.ppo_micro_batch_size_per_gpu=8") in message
-    assert ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 against 8 responses per rank in each "
-            "old-log-prob pass (data.train_batch_size=1 x n=8 / 1 ranks): set "
-            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8") in message
-    assert f"{ACTOR}.use_dynamic_bsz=true" in message
-    # the sizes it names pass (the toy's run with them: docs/combinations.md), as does dynamic batch size
-    _prepared(*features, *ONE_PROMPT, f"{ACTOR}.ppo_micro_batch_size_per_gpu=8",
-              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8")
-    _prepared(*features, *ONE_PROMPT, f"{ACTOR}.use_dynamic_bsz=true")
+    for text in named:
+        assert text in message
+    suggestions = _suggested(message)
+    assert suggestions, message
+    for suggestion in suggestions:  # each set of settings passes verl_ext's and verl's checks
+        _prepared(*features, *settings, *suggestion)
 
 
-def test_the_reference_pass_is_checked_when_a_reference_runs():
-    sizes = [*PLAIN, *ONE_PROMPT, f"{ACTOR}.ppo_micro_batch_size_per_gpu=8",
-             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16"]
-    _prepared(*sizes)  # no KL: no reference pass
-    with pytest.raises(ConfigError, match=r"ref\.log_prob_micro_batch_size_per_gpu=16 against 8 responses per rank "
-                                          r"in each reference pass .*set actor_rollout_ref\.ref\."
-                                          r"log_prob_micro_batch_size_per_gpu=8"):
-        _prepared(*sizes, f"{ACTOR}.use_kl_loss=true")
+def test_the_issues_case_names_the_micro_batch_sizes_with_the_mini_batch_size():
+    settings, _ = REFUSED_SPLITS["legacy_whole_mini_batches"]
+    with pytest.raises(ConfigError) as refused:
+        _prepared(*PLAIN, *settings)
+    assert _suggested(str(refused.value)) == [[
+        f"{ACTOR}.ppo_mini_batch_size=1", f"{ACTOR}.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8"]]
 
 
-def test_a_mini_batch_the_ranks_cannot_share_is_refused():
-    # 2 ranks, rollout.n=3: verl's own check (train_batch_size x n a multiple of the GPUs) passes, the mini-batch of 3
-    # responses cannot be shared by 2 ranks
-    sizes = [*PLAIN, "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.n=3", "data.train_batch_size=4"]
-    with pytest.raises(ConfigError, match=rf"{ACTOR}\.ppo_mini_batch_size=1 with actor_rollout_ref\.rollout\.n=3 on 2 "
-                                          rf"data-parallel ranks.*a multiple of 2 \(e\.g\. 2,"):
-        _prepared(*sizes, f"{ACTOR}.ppo_mini_batch_size=1")
-    _prepared(*sizes, f"{ACTOR}.ppo_mini_batch_size=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=3",
-              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=6")
+def _bad_sampling_parquet(tmp_path) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": "q", "extra_info": {"sampling_params": {"temprature": 0.5}}}]),
+                   path)
+    return str(path)
 
 
-def test_the_legacy_trainer_needs_whole_mini_batches_and_v1_pads_to_them():
-    sizes = [*PLAIN, "data.train_batch_size=3", f"{ACTOR}.ppo_mini_batch_size=2", f"{ACTOR}.ppo_micro_batch_size_per_gpu=16",
-             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16"]
-    with pytest.raises(ConfigError, match=rf"data\.train_batch_size=3 with {ACTOR}\.ppo_mini_batch_size=2 on the "
-                                          rf"legacy trainer.*set {ACTOR}\.ppo_mini_batch_size=1"):
-        _prepared(*sizes, "trainer.use_v1=false")
-    _prepared(*sizes, "trainer.use_v1=true")  # 24 responses padded to 32: two micro-batches of 16 per pass
+# one config per start-up check that only that check refuses (the toy: edge_grpo + GEC), with its refusal's words
+REFUSED_BY = {
+    "check_filter_groups_trainer": (["trainer.use_v1=false", "algorithm.filter_groups.enable=true"],
+                                    "legacy trainer ignores filter_groups"),
+    "check_gec_router_replay": (["actor_rollout_ref.rollout.enable_rollout_routing_replay=true"],
+                                "MoE rollout router replay"),
+    "check_gec_credit_options": (["algorithm.gec.enable=false", "algorithm.gec.prefix_advantage=zero"],
+                                 "the credit options apply to the responses GEC edits"),
+    "check_gec_remax": (["algorithm.adv_estimator=remax"], "remax's greedy baseline"),
+    "check_token_sum_norm_horizon": (["trainer.use_v1=true", f"{ACTOR}.loss_agg_mode=seq-mean-token-sum-norm"],
+                                     "loss_scale_factor=null on the v1 trainer"),
+    "check_entropy_grad": (["algorithm.adv_estimator=grpo", "algorithm.edge_grpo.entropy_grad=true"],
+                           "applies to algorithm.adv_estimator=edge_grpo only"),
+    "check_estimator_settings": (["actor_rollout_ref.rollout.calculate_log_probs=true",
+                                  "algorithm.rollout_correction.bypass_mode=true"], "needs the per-token entropy"),
+    "check_gec_agent_data": (["data.train_files={bad_parquet}"], "unknown extra_info.sampling_params key"),
+    "check_gec_setup": (["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"],
+                        "GEC runs only in the 'gec_agent' agent loop"),
+    "check_gec_group_wait": (["reward.reward_manager.name=rate_limited", "algorithm.gec.group_wait_s=10",
+                              "algorithm.gec.edit_scope=all_wrong_groups"],
+                             "healthy groups would fail"),
+    "check_engine_batch_split": (ONE_PROMPT, SPLIT_REFUSAL),
+}
+
+
+def test_every_start_up_check_has_a_config_it_refuses():
+    assert list(REFUSED_BY) == [check.__name__ for check in STARTUP_CHECKS]
+
+
+@pytest.mark.parametrize("name", REFUSED_BY)
+def test_each_start_up_check_refuses_what_only_it_refuses(name, tmp_path):
+    """A check dropped from ``STARTUP_CHECKS`` (or no longer walked by ``validate_run_config``) lets its config
+    through: nothing else refuses it before verl's workers start."""
+    settings, words = REFUSED_BY[name]
+    settings = [s.format(bad_parquet=_bad_sampling_parquet(tmp_path)) for s in settings]
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        _prepared(*settings)
+
+
+@pytest.mark.parametrize("feature, words", [
+    ("algorithm.adv_estimator=remax", "remax's greedy baseline"),
+    ("algorithm.gec.enable=false", "the credit options apply"),
+], ids=["remax", "credit_options"])
+def test_the_batch_split_runs_last_so_that_its_settings_pass_every_check(feature, words):
+    """A config refused by a feature check and by the batch split gets the feature check's refusal: the settings the
+    batch split names pass every check only when the others do (so it must stay last in ``STARTUP_CHECKS``)."""
+    extra = ["algorithm.gec.prefix_advantage=zero"] if feature == "algorithm.gec.enable=false" else []
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        _prepared(*ONE_PROMPT, feature, *extra)  # ONE_PROMPT alone: the batch split's refusal (REFUSED_BY)
+
+
+def test_val_only_without_val_before_train_trains_so_a_group_of_one_is_refused():
+    """verl ignores ``val_only`` when ``val_before_train=false`` and trains: GEPO's group of one is refused then."""
+    one = [*ONE_PROMPT, "algorithm.adv_estimator=gepo", "algorithm.gec.enable=false", "actor_rollout_ref.rollout.n=1",
+           f"{ACTOR}.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+           "trainer.val_only=true"]
+    _prepared(*one)  # evaluation only: no advantage
+    with pytest.raises(ConfigError, match=r"rollout\.n=1 is invalid with algorithm\.adv_estimator=gepo"):
+        _prepared(*one, "trainer.val_before_train=false")

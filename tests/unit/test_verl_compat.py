@@ -182,3 +182,21 @@ def test_main_refuses_before_ray_starts(monkeypatch):
     with pytest.raises(VerlCompatError):
         main.run(OmegaConf.create({"trainer": {"use_v1": False}}))
     assert not started and not ray.is_initialized()
+
+
+@pytest.mark.parametrize("use_v1", [False, True], ids=["legacy", "v1"])
+def test_batch_split_check_passes_and_sees_the_reference_pass_lose_its_own_dynamic_setting(monkeypatch, use_v1):
+    """verl_ext.batch_split takes the reference pass's dynamic batch size from ref.log_prob_use_dynamic_bsz, as
+    verl 0.9.1's ActorRolloutRefWorker.init_model does: a verl that stops reading it is caught at start-up."""
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    verl_compat.check_batch_split(use_v1)
+
+    def init_model(self):
+        return self.config.actor.use_dynamic_bsz, "log_prob_micro_batch_size_per_gpu", "infer_micro_batch_size_per_gpu", \
+            "ppo_micro_batch_size_per_gpu"
+
+    monkeypatch.setattr(ActorRolloutRefWorker, "init_model", init_model)
+    with pytest.raises(VerlCompatError) as e:
+        verl_compat.check_batch_split(use_v1)
+    _assert_clear(e, "ActorRolloutRefWorker.init_model", "'log_prob_use_dynamic_bsz'")
