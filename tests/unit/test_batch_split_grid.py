@@ -49,19 +49,21 @@ import types
 
 import pytest
 
+from verl_ext.batch_split import (
+    ACTOR_DYNAMIC_KEY,
+    ACTOR_MICRO_KEY,
+    LOG_PROB_DYNAMIC_KEY,
+    LOG_PROB_MICRO_KEY,
+    MINI_KEY,
+    PROMPTS_KEY,
+    REF_DYNAMIC_KEY,
+    REF_MICRO_KEY,
+)
 from verl_ext.config import ConfigError
 
 PLAIN = ["algorithm.adv_estimator=grpo", "algorithm.gec.enable=false",
          "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"]
 ARR = "actor_rollout_ref"
-PROMPTS_KEY = "data.train_batch_size"
-MINI_KEY = f"{ARR}.actor.ppo_mini_batch_size"
-ACTOR_MICRO_KEY = f"{ARR}.actor.ppo_micro_batch_size_per_gpu"
-LOG_PROB_MICRO_KEY = f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu"
-REF_MICRO_KEY = f"{ARR}.ref.log_prob_micro_batch_size_per_gpu"
-ACTOR_DYNAMIC_KEY = f"{ARR}.actor.use_dynamic_bsz"
-LOG_PROB_DYNAMIC_KEY = f"{ARR}.rollout.log_prob_use_dynamic_bsz"
-REF_DYNAMIC_KEY = f"{ARR}.ref.log_prob_use_dynamic_bsz"
 MAX_TOKENS = 16  # max_token_len_per_gpu of the dynamic passes; every dummy sequence has 4 tokens
 
 # the grid: every (trainer, GPUs/Ulysses, n, prompts, mini, actor dynamic), each with INNER_SAMPLES draws of the rest
