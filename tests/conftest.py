@@ -40,3 +40,22 @@ def pytest_collection_modifyitems(config, items):
         if item.path.parent.name != "e2e" or module in E2E_ONE_UNIT:
             item.add_marker(pytest.mark.xdist_group(f"{item.path.parent.name}/{module}"))
     items.sort(key=rank)  # stable: the collection order within a rank
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own hook has given each grouped item its "@group" suffix
+def pytest_collection_finish(session) -> None:
+    _check_groups_took(session.config, session.items)
+
+
+def _check_groups_took(config, items) -> None:
+    """On a pytest-xdist worker with ``--dist loadgroup``: every item with an ``xdist_group`` mark carries its group in
+    its nodeid, which is what xdist's scheduler groups by; else a group's tests would be spread over the workers and
+    each worker would build the group's module fixtures (Ray clusters, toy builds, end-to-end runs) again."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist --dist loadgroup: {len(lost)} grouped tests carry no group in their nodeid (e.g. {lost[0]}),"
+            " so their groups would be split over the workers: this pytest/pytest-xdist pair does not group (pytest "
+            "9.2 with xdist 3.8 does not); install the test extra's pins (pip install -e '.[test]')")
