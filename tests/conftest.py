@@ -17,12 +17,12 @@ os.environ.setdefault("VERL_PLATFORM", "cpu")
 # end together: each e2e test on its own (or its module, or its xdist_group mark, where tests share a run), then the
 # unit tests a module at a time (their module fixtures build toy models, verl engines and Ray clusters once per
 # module, not once per lane). A module not listed keeps its place after the listed ones of its kind.
-E2E_LONGEST_FIRST = ["test_two_nodes", "test_pipeline", "test_vllm_rollout", "test_compare", "test_examples_run",
-                     "test_gpu_settings", "test_multirun", "test_combinations", "test_toy_build", "test_cpu_pipeline",
-                     "test_evaluate"]
-UNIT_LONGEST_FIRST = ["test_actor_losses_cluster", "test_plugin", "test_import_first", "test_examples", "test_toy",
-                      "test_cpu_mode", "test_sweeps", "test_packaging", "test_config", "test_hf_rollout",
-                      "test_gec", "test_actor_losses"]
+E2E_LONGEST_FIRST = ["test_pipeline", "test_two_nodes", "test_compare", "test_vllm_rollout", "test_gpu_settings",
+                     "test_examples_run", "test_combinations", "test_multirun", "test_cpu_pipeline", "test_evaluate",
+                     "test_toy_build"]
+UNIT_LONGEST_FIRST = ["test_plugin", "test_actor_losses_cluster", "test_cpu_mode", "test_import_first", "test_examples",
+                      "test_toy", "test_batch_split_grid", "test_sweeps", "test_packaging", "test_config",
+                      "test_hf_rollout", "test_gec", "test_actor_losses"]
 # e2e modules whose tests share a module fixture (one from-scratch toy build): one work unit
 E2E_ONE_UNIT = {"test_toy_build"}
 

@@ -60,7 +60,7 @@ def _step_one(run) -> dict[str, float]:
 
 
 # the legacy trainer hands the engine dense rows, v1 nested ones with a dense mask: each trainer's own step (their
-# seeded batches differ), one work unit each so that the two pytest-xdist lanes can take one each
+# seeded batches differ), one work unit each so that two pytest-xdist lanes can take one each
 @pytest.mark.parametrize("trainer", [LEGACY, V1], ids=["legacy", "v1"])
 def test_packed_token_count_micro_batches_match_the_padded_step(run_main, trainer):
     padded = _step_one(run_main(*STEP, *trainer, *PADDED))
