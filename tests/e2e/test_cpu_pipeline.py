@@ -63,6 +63,10 @@ def test_cpu_grpo_legacy_trainer_with_hf_rollout(tmp_path):
         f"trainer.total_training_steps={steps}",
         "ray_kwargs.ray_init.num_cpus=8",
         "+ray_kwargs.ray_init.num_gpus=1",
+        # as the toy config (docs/cpu.md "The test suite's time"): no dashboard, and no idle Python worker prestarted
+        # per logical CPU (verl's actors start their own)
+        "+ray_kwargs.ray_init.include_dashboard=false",
+        "+ray_kwargs.ray_init._system_config={prestart_worker_first_driver:false}",
     ]
     metrics_path = tmp_path / "metrics.jsonl"  # verl's file logger (a local Ray cluster inherits the variable)
     env = dict(os.environ, VERL_PLATFORM="cpu", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",

@@ -9,7 +9,7 @@ machine load). One closes a batch as soon as the queue stops growing (``batch_wi
 for more; both must log the same outcome metrics at every step, validation's included, bit for bit. That includes the
 rollout-vs-actor float diagnostics (``rollout_corr/*``, ``training/rollout_*``): they carry the rollout's log-probs, so
 a batch-dependent rollout shows there from the first step, before any sampled token flips; and the validation before
-training generates 300 held-out prompts on the two ranks' servers. That the runs are not identical by accident (a
+training generates 100 held-out prompts on the two ranks' servers. That the runs are not identical by accident (a
 rollout that ignores its seed) is a unit test's: rollout.seed from the config changes what a request samples
 (tests/unit/test_hf_rollout.py::test_server_seeds_requests_by_identity_not_arrival). (The two runs were a separate
 20-step pair of the one-rank default before; the claim shows at the first step, so the pair now carries this test's
@@ -105,11 +105,11 @@ def trained(steps: dict) -> None:
 # advantage routing run by verl's own PPOTrainer._compute_advantage in
 # tests/unit/test_v1_advantage.py::test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss[grpo]
 def test_v1_trainer_edge_grpo(run_main, tmp_path):
-    # validation once is enough (a random 300 of the held-out rows)
+    # validation once is enough (a random 100 of the held-out rows, ~a third of them the hard split's)
     # and verl's rollout dump with GEC's columns, rendered by report --samples
     # and entropy_grad over 2 mini-batches, its per-response fields through TransferQueue
     run = run_main(V1, "algorithm.adv_estimator=edge_grpo", "trainer.val_before_train=true",
-                   "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD,
+                   "data.val_max_samples=100", "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD,
                    "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
     steps = run.metrics()
     validation_untouched_by_gec(steps)
@@ -136,7 +136,7 @@ LEGACY_TWO_RANKS = [LEGACY, "algorithm.adv_estimator=edge_grpo", "trainer.n_gpus
                     "ray_kwargs.ray_init.num_gpus=2", "actor_rollout_ref.actor.optim.lr_scheduler_type=linear",
                     "actor_rollout_ref.actor.optim.lr=1e-3", ENTROPY_GRAD,
                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "trainer.val_before_train=true",
-                    "data.val_max_samples=300", "trainer.rollout_data_dir=rollouts", "data.seed=3",
+                    "data.val_max_samples=100", "trainer.rollout_data_dir=rollouts", "data.seed=3",
                     "actor_rollout_ref.rollout.seed=3"]
 # both tests read the module's one pair of runs: one pytest-xdist work unit
 LEGACY_PAIR = pytest.mark.xdist_group("e2e/test_pipeline/legacy_two_ranks")
