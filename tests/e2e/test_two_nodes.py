@@ -2,11 +2,9 @@
 own logical CPUs and one logical GPU), joined by address as a user joins a cluster (docs/multi-node.md):
 ``python -m verl_ext.main trainer.nnodes=2 trainer.n_gpus_per_node=1 +ray_kwargs.ray_init.address=<head>``.
 
-One cluster for the module, one run of 2 steps, many claims: FSDP's two ranks on different nodes (one gloo process
-group across them), an agent-loop worker on each node, GEC with ``edit_scope=all_wrong_groups``, GEPO's history on the
-TaskRunner checkpointed, the file logger. (Its resume to step 3 was a second run, dropped for CI time: restoring the
-history is the same code on one node, tested on the legacy trainer by tests/e2e/test_examples_run.py and on v1 by
-tests/e2e/test_combinations.py; the resumed run's placement is the first run's.)
+One cluster for the module, one run of 2 steps and its resume to step 3, many claims each: FSDP's two ranks on
+different nodes (one gloo process group across them), an agent-loop worker on each node, GEC with
+``edit_scope=all_wrong_groups``, GEPO's history on the TaskRunner checkpointed and restored, the file logger.
 The cluster lives in its own temporary folder (``RAY_TMPDIR``) on random ports, so a plain ``ray.init()`` elsewhere
 on the machine never finds it, and its shutdown ends its own processes only.
 """
@@ -14,6 +12,7 @@ on the machine never finds it, and its shutdown ends its own processes only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -113,7 +112,7 @@ def _assert_all_wrong_groups_scope(rollouts, step: int, values: dict) -> None:
     assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
 
 
-def test_two_nodes_fsdp_agent_workers_gec_gepo_and_checkpoint(two_node_cluster, run_main, tmp_path):
+def test_two_nodes_fsdp_agent_workers_gec_gepo_checkpoint_and_resume(two_node_cluster, run_main, tmp_path):
     cluster = two_node_cluster
     node_ids = {node["NodeID"] for node in cluster.global_state.node_table() if node["Alive"]}
     assert len(node_ids) == 2
@@ -134,6 +133,17 @@ def test_two_nodes_fsdp_agent_workers_gec_gepo_and_checkpoint(two_node_cluster, 
         assert values["gepo/history_updates"] == step  # one update per trained batch
     saved = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())["entropy_history"]
     assert saved["scopes"]["global"]["num_updates"] == 2 and len(saved["scopes"]["global"]["window"]) == 2
+
+    resumed = run_main(*settings, "trainer.total_training_steps=3")
+    _assert_spread(_new_actors(cluster, seen), node_ids)  # the resumed run's own ranks and workers
+    assert sorted(resumed.metrics()) == [3]  # continues at step 3
+    restored = [line for line in resumed.lines if "[verl_ext] restored entropy history" in line]
+    assert restored and json.loads(restored[0].split(": ", 1)[1]) == saved  # exactly step 2's history
+    values = resumed.metrics()[3]
+    assert values["gepo/history_updates"] == 3 and math.isfinite(values["actor/pg_loss"])
+    _assert_all_wrong_groups_scope(tmp_path / "rollouts", 3, values)
+    after = json.loads((tmp_path / "ckpt" / "global_step_3" / STATE_FILE).read_text())["entropy_history"]
+    assert after["scopes"]["global"]["window"][:2] == saved["scopes"]["global"]["window"]  # appended, not re-seeded
 
 
 def test_pools_the_nodes_cannot_hold_are_refused_before_verl_waits(two_node_cluster, tmp_path):
