@@ -8,12 +8,16 @@ with verl's settings (rollout.n, agent loops, rollout correction, filter_groups,
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from verl_ext.batch_split import check_engine_batch_split, runs_training
 from verl_ext.config import ConfigError, ExtAlgorithmConfig, _check, config_value, load_algorithm_config
 from verl_ext.data_checks import check_gec_data, data_agent_names
 from verl_ext.names import ADV_ESTIMATORS, GEC_AGENT_NAME
+from verl_ext.trainer.v1_replay import has_custom_sampler, sampler_settings
+
+logger = logging.getLogger(__name__)
 
 
 def validate_entropy_grad(config: Any) -> None:
@@ -211,6 +215,22 @@ def check_filter_groups_trainer(config: Any, ext: ExtAlgorithmConfig) -> None:
             "run would silently train on unfiltered groups; set trainer.use_v1=true")
 
 
+def check_v1_sampler(config: Any, ext: ExtAlgorithmConfig) -> None:
+    """``trainer.v1.sampler.sampler_kwargs`` without a custom sampler: verl_ext's keys of verl's built-in replay
+    buffer (``verl_ext.trainer.v1_replay``); a bad value is refused, a key nobody reads is warned about."""
+    sampler = config_value(config, "trainer.v1.sampler", None)
+    if not config_value(config, "trainer.use_v1", True) or sampler is None or has_custom_sampler(sampler):
+        return
+    try:
+        _, unknown = sampler_settings(config_value(sampler, "sampler_kwargs", None))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if unknown:
+        logger.warning("trainer.v1.sampler.sampler_kwargs key(s) %s are read by no sampler: without "
+                       "trainer.v1.sampler.custom_sampler verl ignores sampler_kwargs and verl_ext reads only "
+                       "data_order and poll_interval", unknown)
+
+
 ROLLOUT_ROUTING_KEY = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
 ROUTER_REPLAY_MODE_KEYS = tuple(f"actor_rollout_ref.actor.{engine}.router_replay.mode" for engine in ("megatron", "veomni"))
 
@@ -370,9 +390,10 @@ FEATURE_COMBINATION_CHECKS = (check_filter_groups_trainer, check_gec_router_repl
                               check_gec_remax, check_token_sum_norm_horizon)
 
 # verl_ext's start-up checks, in the order they run (validate_run_config); each takes (config, ext) and raises a
-# ConfigError. Every one but check_engine_batch_split refuses only while a verl_ext feature is on.
+# ConfigError. Every one but check_engine_batch_split and check_v1_sampler (values of verl_ext's own keys of verl's
+# replay buffer) refuses only while a verl_ext feature is on.
 STARTUP_CHECKS = (*FEATURE_COMBINATION_CHECKS, check_entropy_grad, check_estimator_settings, check_gec_agent_data,
-                  check_gec_setup, check_gec_group_wait, check_engine_batch_split)
+                  check_gec_setup, check_gec_group_wait, check_v1_sampler, check_engine_batch_split)
 
 
 def validate_feature_combinations(config: Any, ext: ExtAlgorithmConfig | None = None) -> None:

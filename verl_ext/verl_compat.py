@@ -456,6 +456,29 @@ def check_v1_step_metrics() -> None:
                  "MetricsAggregator._aggregate_single_metric")
 
 
+DATA_ORDER_HINT = "trainer.v1.sampler.sampler_kwargs.data_order=true (verl_ext.trainer.v1_replay)"
+
+
+def check_v1_replay_buffer() -> None:
+    """``data_order``: ``verl_ext.trainer.v1_replay.DataOrderMixin`` over verl's two built-in replay buffers (handed to
+    ``PPOTrainer._build_replay_buffer`` under their module names), its uids from ``_fetch_one_gen_batch``."""
+    trainer_base = require_module("verl.trainer.ppo.v1.trainer_base")
+    replay_buffer = require_module("verl.trainer.ppo.v1.replay_buffer")
+    require_attrs(trainer_base, "ReplayBuffer", "ReplayBufferAsync", hint=DATA_ORDER_HINT)
+    require_uses(trainer_base.PPOTrainer._build_replay_buffer, ("ReplayBuffer", "ReplayBufferAsync"),
+                 "PPOTrainer._build_replay_buffer", DATA_ORDER_HINT)
+    require_uses(trainer_base.PPOTrainer._fetch_one_gen_batch, ("uid",), "PPOTrainer._fetch_one_gen_batch",
+                 DATA_ORDER_HINT)
+    for cls in (replay_buffer.ReplayBuffer, replay_buffer.ReplayBufferAsync):
+        require_uses(cls.sample, ("_select_prompt_uids", "_materialize_batch"), f"{cls.__name__}.sample",
+                     DATA_ORDER_HINT)
+    require_parameters(replay_buffer.ReplayBuffer._materialize_batch,
+                       ("partition_id", "selected_prompt_uids", "partition_snapshot"),
+                       "ReplayBuffer._materialize_batch", DATA_ORDER_HINT)
+    require_uses(replay_buffer.ReplayBuffer._wait_for_next_poll, ("poll_interval",),
+                 "ReplayBuffer._wait_for_next_poll", "trainer.v1.sampler.sampler_kwargs.poll_interval")
+
+
 @functools.lru_cache(maxsize=1)
 def check_v1_multi_output() -> None:
     """Several outputs per sample: ``verl_ext.trainer.advantage.on_final_outputs`` gives verl_ext's estimators the

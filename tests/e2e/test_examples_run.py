@@ -4,7 +4,7 @@ What it proves: the script's overrides reach verl's real pipeline; verl's file l
 ``$RUN_DIR/metrics.jsonl`` (the path the script exports and puts in the Ray job's runtime_env), checkpoints land in
 ``$RUN_DIR/checkpoints``; running the script again resumes from the latest checkpoint and keeps the earlier metrics
 file (verl's file logger would truncate it). The run is GEPO with per-data-source thresholds on the legacy trainer
-(the toy's default trainer), so it also proves that GEPO's driver-side history goes into the checkpoint and comes
+(``trainer.use_v1=false``; the toy's default is v1), so it also proves that GEPO's driver-side history goes into the checkpoint and comes
 back exactly, then keeps counting (v1's save/kill/resume: test_combinations' colocate_async test). Two short runs of
 the toy task (2 steps, then 1 more), ~3 min on 2 cores.
 
@@ -42,7 +42,7 @@ def test_toy_script_trains_logs_to_run_dir_and_resumes(tmp_path):
                PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     overrides = [o for o in SMALL_RUN if not o.startswith(("trainer.total_training_steps", "trainer.save_freq"))]
-    overrides.append("algorithm.gepo.stats_scope=per_data_source")
+    overrides += ["trainer.use_v1=false", "algorithm.gepo.stats_scope=per_data_source"]  # the legacy trainer's path
     overrides += ["algorithm.gepo.base=edge_grpo", "algorithm.gec.enable=true",  # EDA + GEPO + GEC
                   "algorithm.norm_adv_by_std_in_grpo=false", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
                   "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",

@@ -30,7 +30,7 @@ def test_two_job_multirun_each_job_in_its_own_folder_then_the_report(tmp_path):
     sweep_dir = tmp_path / "multirun"
     # the embedded default's own logger ([console, file]) and checkpoint folder (the job's folder)
     args = [sys.executable, "-m", "verl_ext.main", "-m", "algorithm.adv_estimator=grpo,gepo",
-            f"hydra.sweep.dir={sweep_dir}", *SMALL_RUN, "trainer.save_freq=2", *CREDIT_OPTIONS]
+            f"hydra.sweep.dir={sweep_dir}", *SMALL_RUN, "trainer.save_freq=2", "trainer.use_v1=false", *CREDIT_OPTIONS]
     run = Run(subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900))
     assert run.returncode == 0, f"{' '.join(args)} failed:\n{run.tail()}"
     assert run.output.count("ray init kwargs") == 2  # the second job found Ray shut down and started its own

@@ -56,7 +56,7 @@ def validation_untouched_by_gec(steps: dict) -> None:
     assert "val-core/toy_chain5/acc/mean@1" in values, values
 
 
-def gec_dump_rendered(tmp_path, steps: int = 2) -> str:
+def gec_dump_rendered(tmp_path, steps: int = 2, prompts: int = 4) -> str:
     """verl's rollout dump (``trainer.rollout_data_dir=rollouts``) carries what GEC wrote on every line, and
     ``report --samples`` renders it; returns the page."""
     from verl_ext.report import main as report_main
@@ -64,7 +64,7 @@ def gec_dump_rendered(tmp_path, steps: int = 2) -> str:
     branches = set()
     for step in range(1, steps + 1):
         lines = [json.loads(x) for x in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
-        assert len(lines) == 32 and all(line["step"] == step for line in lines)
+        assert len(lines) == 8 * prompts and all(line["step"] == step for line in lines)
         for line in lines:
             branch, first, segments = line["gec_branch"], line["gec_first_response"], line["gec_segments"]
             branches.add(branch)
@@ -82,7 +82,7 @@ def gec_dump_rendered(tmp_path, steps: int = 2) -> str:
         groups = {}
         for line in lines:
             groups.setdefault(line["gec_group"], []).append(line)
-        assert sorted(len(g) for g in groups.values()) == [8] * 4
+        assert sorted(len(g) for g in groups.values()) == [8] * prompts
     assert branches & {"reflect", "answer", "solution"}, branches
     assert report_main([str(tmp_path / "rollouts"), "--samples", "-o", str(tmp_path / "report")]) == 0
     page = (tmp_path / "report" / "samples.html").read_text()
@@ -92,8 +92,8 @@ def gec_dump_rendered(tmp_path, steps: int = 2) -> str:
     return page
 
 
-def trained(steps: dict) -> None:
-    assert sorted(steps) == [1, 2], steps.keys()
+def trained(steps: dict, n_steps: int = 2) -> None:
+    assert sorted(steps) == list(range(1, n_steps + 1)), steps.keys()
     assert all("actor/pg_loss" in values for values in steps.values())
     # a step whose groups all share one reward has zero advantages (no update): the toy model is sure of many
     # prompts, so one such step in a short run happens; the run must have updated the actor at least once
@@ -104,23 +104,44 @@ def trained(steps: dict) -> None:
 # verl's own grpo on v1 (GEC on, verl_ext's diagnostics, none of its estimators' metrics): the same v1 pipeline, its
 # advantage routing run by verl's own PPOTrainer._compute_advantage in
 # tests/unit/test_v1_advantage.py::test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss[grpo]
-def test_v1_trainer_edge_grpo(run_main, tmp_path):
-    # validation once is enough (a random 100 of the held-out rows, ~a third of them the hard split's)
-    # and verl's rollout dump with GEC's columns, rendered by report --samples
-    # and entropy_grad over 2 mini-batches, its per-response fields through TransferQueue
-    run = run_main(V1, "algorithm.adv_estimator=edge_grpo", "trainer.val_before_train=true",
-                   "data.val_max_samples=100", "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD,
-                   "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+#
+# The embedded default (the demo: v1 sync, edge_grpo + GEC, 16 prompts x 8, seeded, prompts and rows in the data's
+# order) for 10 steps, twice; with validation once (a random 100 of the held-out rows, ~a third of them the hard
+# split's), verl's rollout dump with GEC's columns, rendered by report --samples, and entropy_grad over 2 mini-batches
+# (its per-response fields through TransferQueue)
+V1_DEMO_STEPS = 10
+V1_DEMO = [V1, "algorithm.adv_estimator=edge_grpo", "data.train_batch_size=16",
+           "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+           f"trainer.total_training_steps={V1_DEMO_STEPS}", "trainer.val_before_train=true", "data.val_max_samples=100",
+           "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD]
+# both tests read the module's one pair of runs: one pytest-xdist work unit
+V1_PAIR = pytest.mark.xdist_group("e2e/test_pipeline/v1_demo")
+
+
+@pytest.fixture(scope="module")
+def v1_demo_runs(tmp_path_factory):
+    """The seeded v1 demo run, twice: ``[(run, its folder), (run, its folder)]``."""
+    runs = []
+    for attempt in range(2):
+        folder = tmp_path_factory.mktemp(f"v1_demo_{attempt}")
+        runs.append((launch_main(folder, *V1_DEMO, timeout=900), folder))
+    return runs
+
+
+@V1_PAIR
+def test_v1_trainer_edge_grpo(v1_demo_runs):
+    run, folder = v1_demo_runs[0]
     steps = run.metrics()
     validation_untouched_by_gec(steps)
-    gec_dump_rendered(tmp_path)
+    gec_dump_rendered(folder, steps=V1_DEMO_STEPS, prompts=16)
     entropy_grad_ran(run, steps, one_mini_batch=False)
-    trained(steps)
-    assert_rollout_diagnostics_see_sampled_tokens(steps, on_policy_steps=[1, 2])  # sync: on-policy
+    trained(steps, V1_DEMO_STEPS)
+    assert_rollout_diagnostics_see_sampled_tokens(steps, on_policy_steps=list(steps))  # sync: on-policy
     for values in steps.values():
         # GEC ran on the v1 path: responses corrected and re-scored
         # GEC edits only wrong responses, judged by one rule before and after: accuracy cannot fall
-        assert values["gec/responses"] == 32 and values["gec/acc_after"] >= values["gec/acc_before"]
+        assert values["gec/responses"] == 128 and values["gec/acc_after"] >= values["gec/acc_before"]
         assert {"verl_ext/collapsed_group_frac", "verl_ext/adv_var", "verl_ext/response_entropy_mean",
                 "verl_ext/response_entropy_std"} <= set(values)
         assert values["verl_ext/response_entropy_mean"] > 0
@@ -194,4 +215,19 @@ def test_the_batching_window_changes_no_metric(legacy_two_rank_runs):
     for step, values in eager.items():
         assert len(values) > (20 if step == 0 else 50) and values.keys() == patient[step].keys()
         diff = {k: (v, patient[step][k]) for k, v in values.items() if v != patient[step][k]}
+        assert not diff, f"step {step}: {sorted(diff.items())[:20]}"
+
+
+@V1_PAIR
+def test_two_seeded_v1_runs_log_the_same_metrics(v1_demo_runs):
+    """verl's v1 sync trainer, seeded, GEC on: two runs give the same metrics file but for wall-clock and memory
+    figures (verl_ext's data_order keeps v1's prompts and rows in the data's order; gec_agent names each request by
+    its sample, so the hf backend's seeded sampling and GEC's branch draws follow the sample, not arrival order)."""
+    first = _outcomes(v1_demo_runs[0][0].metrics())
+    second = _outcomes(v1_demo_runs[1][0].metrics())
+    assert sorted(first) == list(range(V1_DEMO_STEPS + 1))  # the validation before training, then the steps
+    assert sum(first[step]["gec/frac_edited"] > 0 for step in first if step) > 0  # GEC edited
+    for step, values in first.items():
+        assert len(values) > (20 if step == 0 else 50) and values.keys() == second[step].keys()
+        diff = {k: (v, second[step][k]) for k, v in values.items() if v != second[step][k]}
         assert not diff, f"step {step}: {sorted(diff.items())[:20]}"

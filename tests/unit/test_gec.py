@@ -1413,3 +1413,22 @@ def test_an_edited_row_is_the_row_verl_builds_had_the_policy_sampled_its_tokens(
         return logprobs_from_logits(logits[:, -n - 1:-1], data.batch["responses"])
 
     assert torch.equal(old_log_probs(a), old_log_probs(b))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_v1_requests_are_named_by_their_sample_under_full_determinism(tok, reward_path, verl_loop, training):
+    """verl's single-turn loop names a request ``det-<priority>``; v1 passes no priority, so every v1 request would be
+    ``det-0`` and a seeded backend could tell a group's samples apart only by arrival order. The loop names it by the
+    sample (dataset row, session), GEC on (training) or off (validation), and the reflection keeps that name; the
+    legacy trainer's (priority per row) and runs without full_determinism keep verl's."""
+    config = make_config(reward_path, p_reflect=1.0, p_answer=0.0, p_solution=0.0)
+    config.actor_rollout_ref.rollout.full_determinism = True
+    row = {**sample(training=training), "index": 7}
+    for kwargs, expected in (({**row, "session_id": 3}, "det-7-3"), ({**row, "priority": 5}, "det-5")):
+        server = FakeServer(tok)
+        run_loop(tok, config, server, **kwargs)
+        assert [call["request_id"] for call in server.calls] == [expected] * (2 if training else 1)
+    config.actor_rollout_ref.rollout.full_determinism = False
+    server = FakeServer(tok)
+    run_loop(tok, config, server, **{**row, "session_id": 3})
+    assert not server.calls[0]["request_id"].startswith("det-")

@@ -96,7 +96,8 @@ REFUSED_SPLITS = {
     "micro_batches": ([*ONE_PROMPT], [
         f"{ACTOR}.ppo_micro_batch_size_per_gpu=64 against 8 responses per rank in each actor mini-batch",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 against 8 responses per rank in each "
-        "old-log-prob pass (data.train_batch_size=1 x n=8, over 1 data-parallel ranks)"]),
+        "old-log-prob pass (data.train_batch_size=1 x n=8, padded by the v1 trainer to a multiple of 8, over 1 "
+        "data-parallel ranks)"]),  # the toy's default trainer is v1
     # issue 54, 4: the mini-batch size alone (1) would leave micro-batches of 16 against 8 responses
     "legacy_whole_mini_batches": (["trainer.use_v1=false", "data.train_batch_size=3", f"{ACTOR}.ppo_mini_batch_size=2",
                                    f"{ACTOR}.ppo_micro_batch_size_per_gpu=16",
@@ -176,6 +177,7 @@ REFUSED_BY = {
     "check_gec_group_wait": (["reward.reward_manager.name=rate_limited", "algorithm.gec.group_wait_s=10",
                               "algorithm.gec.edit_scope=all_wrong_groups"],
                              "healthy groups would fail"),
+    "check_v1_sampler": (["trainer.v1.sampler.sampler_kwargs.poll_interval=0"], "sampler_kwargs.poll_interval=0"),
     "check_engine_batch_split": (ONE_PROMPT, SPLIT_REFUSAL),
 }
 

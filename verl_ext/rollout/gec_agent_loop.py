@@ -2,7 +2,8 @@
 
 Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent`` (or an ``agent_name`` column) and
 turn it on with ``algorithm.gec.enable=true``. With ``enable=false``, and for every validation rollout, ``run``
-is exactly ``SingleTurnAgentLoop.run`` (same output, no extra fields).
+is exactly ``SingleTurnAgentLoop.run`` (same output, no extra fields), but for the name of a v1 sample's request
+under ``rollout.full_determinism`` (``det-<index>-<session_id>``, where verl names every v1 request ``det-0``).
 
 When on (training rollouts), the single-turn generation gets at most ``gec.first_generation_budget`` tokens
 (room is kept for the longest edit that can be drawn: the original's 1024 first-rollout + 256 continuation
@@ -191,13 +192,16 @@ def _merge_token_extra(extra: dict, more: dict) -> None:
 
 class _RequestIdRecorder:
     """The loop's server client, remembering the request id of the generation sent through it (verl's
-    ``SingleTurnAgentLoop.run`` makes its own)."""
+    ``SingleTurnAgentLoop.run`` makes its own); with ``name``, a ``det-`` id verl made is sent as ``name`` instead."""
 
-    def __init__(self, client):
+    def __init__(self, client, name: str | None = None):
         self._client = client
+        self._name = name
         self.request_id = None
 
     async def generate(self, request_id, **kwargs):
+        if self._name is not None and str(request_id).startswith("det-"):
+            request_id = self._name
         self.request_id = request_id
         return await self._client.generate(request_id=request_id, **kwargs)
 
@@ -507,10 +511,39 @@ class GecAgentLoop(SingleTurnAgentLoop):
         )
         return _Plan(cue_ids, answer_ids, solution_ids, solution_fits, budget)
 
+    def _sample_request_name(self, kwargs: dict) -> str | None:
+        """Under ``rollout.full_determinism``, the name of a v1 sample's requests: ``det-<index>-<session_id>``.
+
+        verl's single-turn loop names a request ``det-<priority>``, and v1 passes no priority: every request of a
+        v1 step would be ``det-0``, and a seeded backend (verl_ext's ``hf``) would tell the n samples of a prompt
+        apart only by the order they arrive in. The dataset row and the session are the sample's identity in every
+        run. None (verl's name kept): the legacy trainer (its priority is the row), full_determinism off, or a row
+        without ``index``."""
+        session, index = kwargs.get("session_id"), kwargs.get("index")
+        if session is None or not getattr(self.rollout_config, "full_determinism", False):
+            return None
+        if index is None:
+            _warn_once("sample_name", "gec_agent: a v1 row without index: its requests keep verl's name (det-0), "
+                                      "so a seeded run's samples follow the order requests arrive in")
+            return None
+        index = index.item() if hasattr(index, "item") else index
+        return f"det-{index}-{int(session)}"
+
+    async def _run_single_turn(self, sampling_params: dict[str, Any], kwargs: dict) -> AgentLoopOutput:
+        """verl's single-turn generation of this sample, through a recorder of its request id (and its v1 name)."""
+        client = self.server_manager
+        self.server_manager = recorder = _RequestIdRecorder(client, self._sample_request_name(kwargs))
+        try:  # this loop serves one sample
+            output = await super().run(sampling_params, **kwargs)
+        finally:
+            self.server_manager = client
+        self._first_request_id = recorder.request_id
+        return output
+
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         extra_info = kwargs.get("extra_info")
         if not self.gec_config.enable or not is_training_rollout(kwargs):
-            return await super().run(row_sampling_params(sampling_params, extra_info), **kwargs)
+            return await self._run_single_turn(row_sampling_params(sampling_params, extra_info), kwargs)
         # a GEC training row: what GEC cannot use in the row's data is counted (gec/errors), the driver stops the run
         # past algorithm.gec.max_error_frac (v1 would otherwise log a failed loop and drop or evict its group)
         sampling_params = row_sampling_params(sampling_params, extra_info, ignore_unknown=True)
@@ -522,13 +555,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         first_params = _with_max_tokens(sampling_params, plan.first_budget)
         seat = self._group_seat(kwargs)
         try:  # until the sample reports its first attempt, a failure here must resolve its group (edit_scope)
-            client = self.server_manager
-            self.server_manager = recorder = _RequestIdRecorder(client)  # this loop serves one sample
-            try:
-                output = await super().run(first_params, **kwargs)
-            finally:
-                self.server_manager = client
-            self._first_request_id = recorder.request_id
+            output = await self._run_single_turn(first_params, kwargs)
             return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"], seat)
         except BaseException as error:  # cancellation included
             if seat is not None:

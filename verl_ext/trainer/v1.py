@@ -19,6 +19,7 @@ What the subclass adds to verl's step:
 from __future__ import annotations
 
 import functools
+import uuid
 
 import numpy as np
 import torch
@@ -47,12 +48,43 @@ from verl_ext.trainer.gec_loss import summarize_shaped_loss_metrics
 from verl_ext.trainer.gec_metrics import is_count_metric
 from verl_ext.trainer.mixin import ExtTrainerMixin, replaced
 from verl_ext.trainer.rollout_diagnostics import spans_of_rows
+from verl_ext.trainer.v1_replay import data_order_class, has_custom_sampler, ordered_uid, sampler_settings
 
 
 class ExtV1TrainerMixin(ExtTrainerMixin):
     def on_init_end(self):
         self._ext_install_actor_loss()
         return super().on_init_end()
+
+    def _build_replay_buffer(self):
+        # verl_ext's settings of verl's built-in buffer (trainer.v1.sampler.sampler_kwargs; v1_replay.py); a custom
+        # sampler is the user's, with its own kwargs
+        sampler = self.config.trainer.v1.sampler
+        if has_custom_sampler(sampler):
+            return super()._build_replay_buffer()
+        settings, _ = sampler_settings(sampler.get("sampler_kwargs", None))  # refused at start-up if bad
+        self._ext_fetched_prompts = 0 if settings["data_order"] else None
+        if settings["data_order"] or settings["poll_interval"] is not None:
+            verl_compat.check_v1_replay_buffer()
+        if settings["data_order"]:
+            with (replaced(trainer_base, "ReplayBuffer", data_order_class(trainer_base.ReplayBuffer)),
+                  replaced(trainer_base, "ReplayBufferAsync", data_order_class(trainer_base.ReplayBufferAsync))):
+                buffer = super()._build_replay_buffer()
+        else:
+            buffer = super()._build_replay_buffer()
+        if settings["poll_interval"] is not None:
+            buffer.poll_interval = float(settings["poll_interval"])
+        return buffer
+
+    def _fetch_one_gen_batch(self):
+        batch = super()._fetch_one_gen_batch()
+        start = getattr(self, "_ext_fetched_prompts", None)
+        if start is None:  # data_order off: verl's uuids
+            return batch
+        uids = [ordered_uid(start + i, uuid.uuid4().hex) for i in range(len(batch))]
+        self._ext_fetched_prompts = start + len(uids)
+        batch["uid"] = NonTensorStack.from_list([NonTensorData(u) for u in uids])
+        return batch
 
     def _next_train_batch(self, *args, **kwargs):
         batch = super()._next_train_batch(*args, **kwargs)
