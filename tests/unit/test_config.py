@@ -336,7 +336,7 @@ def test_the_hint_keys_defaults_and_every_other_gec_default_unchanged():
     assert (cfg.hint_levels, cfg.hint_warmup_steps, cfg.hint_placement, cfg.hint_scope, cfg.hint_rule) == (
         [0.25, 0.5, 0.75], 0, "assistant_prefix", "one", "math")
     assert "{hint}" in cfg.hint_template and cfg.hint_template.startswith("\nThe following text is the beginning")
-    hinted = load_algorithm_config({"gec": {"enable": True, "mode": "hint", "hint_levels": [0.5, 1],
+    hinted = load_algorithm_config({"gec": {"mode": "hint", "hint_levels": [0.5, 1],
                                             "hint_scope": "all", "hint_placement": "user", "hint_rule": "toy",
                                             "hint_warmup_steps": 50, "hint_template": "\nHint: {hint}"}}).gec
     assert hinted.mode == "hint" and hinted.hint_levels == [0.5, 1.0] and hinted.answer_drawable() is None
@@ -375,8 +375,16 @@ def test_mode_hint_waits_at_the_group_barrier_so_group_wait_s_applies_to_it():
         load_algorithm_config({"gec": {"mode": "hint", "injected_loss": "shaped"}})  # nothing injected to shape
 
 
+def test_mode_hint_is_refused_while_the_agent_loop_does_not_run_it():
+    """The gec_agent loop has no hint path yet: with GEC on it would edit with GEC's branches instead."""
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint' is invalid: is not run by the gec_agent loop"):
+        load_algorithm_config({"gec": {"enable": True, "mode": "hint"}})
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint'"):
+        validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", "algorithm.gec.mode=hint"]))
+
+
 def test_the_hint_keys_compose_from_the_command_line():
-    cfg = _compose("verl_ext", ["algorithm.gec.enable=true", "algorithm.gec.mode=hint",
+    cfg = _compose("verl_ext", ["algorithm.gec.mode=hint",
                                 "algorithm.gec.hint_levels=[0.5,1.0]", "algorithm.gec.hint_scope=all"])
     gec_cfg = load_algorithm_config(cfg.algorithm).gec
     assert (gec_cfg.mode, gec_cfg.hint_levels, gec_cfg.hint_scope) == ("hint", [0.5, 1.0], "all")
