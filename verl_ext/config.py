@@ -6,7 +6,9 @@ own ``ppo_trainer`` config.  The start-up checks that span verl's and verl_ext's
 ``verl_ext.run_checks.validate_run_config`` (with the data-file checks of ``verl_ext.data_checks``).  The estimators accept the ``algorithm`` node as a
 DictConfig, a plain dict or verl's ``AlgoConfig`` (read through :func:`config_value`, the one key reader for all
 three); a missing sub-node or key means the paper's default.  The allowed values come from ``verl_ext.names``,
-which the implementing modules use too; this module imports nothing else from verl_ext.
+which the implementing modules use too; this module imports nothing else from verl_ext but the hint-rule registry
+(``verl_ext.rollout.hints``, stdlib only, imported where ``algorithm.gec.hint_rule`` is checked), whose names are the
+allowed values of that key.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from verl_ext.names import (
     EMA_INITS,
     ENTROPY_ESTIMATORS,
     GEC_EDIT_SCOPES,
+    GEC_HINT_PLACEMENTS,
+    GEC_HINT_SCOPES,
     GEC_INJECTED_LOSSES,
+    GEC_MODES,
     GEC_PREFIX_ADVANTAGES,
+    HINT_RULE_MATH,
     THRESHOLD_SOURCES,
 )
 
@@ -128,15 +134,31 @@ class GepoConfig:
 
 
 ANSWER_PLACEHOLDER = "{answer}"
+HINT_PLACEHOLDER = "{hint}"
+# GHPO's words before the hint in the user turn (hkgc-1/GHPO, ghpo_trainer.py), for algorithm.gec.hint_placement=user
+DEFAULT_HINT_TEMPLATE = (
+    "\nThe following text is the beginning part of the answer, which you can refer to for solving the problem:\n"
+    + HINT_PLACEHOLDER
+)
 LUFFY_SHAPING_GAMMA = 0.1  # γ of LUFFY's policy shaping f(p) = p/(p+γ) (arXiv 2504.14945)
 
 
 @dataclass
 class GecConfig:
-    """Guided Error Correction (docs/edge-grpo.md) and the +Force-R baseline; applied to training rollouts only."""
+    """Guided Error Correction (docs/edge-grpo.md), the +Force-R baseline and prompt-side hints (docs/hints.md);
+    applied to training rollouts only.
+
+    Each key applies to the modes its comment names and is ignored by the others (its value is still checked): the
+    branch keys (``p_*``, ``cue``, ``answer_template``, ``max_continuation_tokens``, ``prompt_length_gate``,
+    ``mask_injected``, ``min_own_tokens``, the credit options) to ``gec`` / ``force_reflect``; the ``hint_*`` keys to
+    ``hint``. ``solution_key``, ``correct_threshold``, ``seed``, ``max_error_frac`` and ``group_wait_s`` serve both
+    (mode ``hint`` always waits at the group barrier that ``edit_scope=all_wrong_groups`` uses).
+    """
 
     enable: bool = False
-    mode: str = "gec"  # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only)
+    # gec (reflect / answer / solution branches) | force_reflect (cue + continuation only) | hint (a prefix of the
+    # reference solution before the policy writes, in all-wrong groups: docs/hints.md)
+    mode: str = "gec"
     p_reflect: float = 0.5
     p_answer: float = 0.25
     p_solution: float = 0.25
@@ -171,9 +193,28 @@ class GecConfig:
     # which it fails (its sample only); null: as long as they run, as verl itself waits for every sample of a group
     # (verl 0.9.1 puts no time limit on an agent loop's generation or scoring; docs/gec.md "Credit options")
     group_wait_s: float | None = None
+    # mode=hint (docs/hints.md; verl_ext/rollout/hints.py). Levels: fractions of the reference solution's steps, tried
+    # lowest first, each cut at a step end by hint_rule (never the final answer); GHPO's 25/50/75%
+    hint_levels: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    hint_warmup_steps: int = 0  # training steps without hints first (verl counts from 1; Scaf-GRPO: 50)
+    # assistant_prefix: the assistant turn starts with the hint (prompt context, never trained) | user: hint_template
+    # appended to the last user message (Scaf-GRPO, GHPO, QuestA)
+    hint_placement: str = "assistant_prefix"
+    hint_template: str = DEFAULT_HINT_TEMPLATE  # hint_placement=user: appended to the user turn; must hold {hint}
+    # one: the lowest level whose one hinted sample is right replaces one failed member (Scaf-GRPO) | all: every
+    # member regenerated at the group's level, raised while the group stays all wrong (GHPO)
+    hint_scope: str = "one"
+    # the cut rule (a function of the task, registered in verl_ext/rollout/hints.py): math (line and sentence ends
+    # of a boxed-math solution) | toy (after each running total of verl_ext/toy's solutions)
+    hint_rule: str = HINT_RULE_MATH
 
     def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
-        _choice(f"{prefix}.mode", self.mode, ("gec", "force_reflect"))
+        _choice(f"{prefix}.mode", self.mode, GEC_MODES)
+        # until the gec_agent loop runs the hint mode, a run asking for it must not get GEC's branches instead
+        _check(not (self.enable and self.mode == "hint"), f"{prefix}.mode", self.mode,
+               "is not run by the gec_agent loop yet (issue 56: its keys, cut rules and decisions are in, the loop "
+               f"integration is not; docs/hints.md); with {prefix}.enable=true the loop would edit with GEC's branches "
+               "instead. Use mode=gec or force_reflect")
         for name in ("p_reflect", "p_answer", "p_solution"):
             _unit_interval(f"{prefix}.{name}", getattr(self, name))
         total = self.p_reflect + self.p_answer + self.p_solution
@@ -194,9 +235,10 @@ class GecConfig:
         wait = self.group_wait_s
         _check(wait is None or (isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 < wait < float("inf")),
                f"{prefix}.group_wait_s", wait, "must be null or a number of seconds > 0")
-        _check(wait is None or self.edit_scope == "all_wrong_groups", f"{prefix}.group_wait_s", wait,
-               f"applies to {prefix}.edit_scope=all_wrong_groups only and would be ignored with "
+        _check(wait is None or self.edit_scope == "all_wrong_groups" or self.mode == "hint", f"{prefix}.group_wait_s",
+               wait, f"applies to {prefix}.edit_scope=all_wrong_groups (or mode=hint) only and would be ignored with "
                f"edit_scope={self.edit_scope}; remove it or set edit_scope=all_wrong_groups")
+        self._validate_hints(prefix)
         if self.injected_loss != "shaped":
             _check(self.shaping_gamma is None, f"{prefix}.shaping_gamma", self.shaping_gamma,
                    f"applies to {prefix}.injected_loss=shaped only and would be ignored with "
@@ -214,6 +256,24 @@ class GecConfig:
                    self.injected_loss, f"applies to injected answers and solutions, which {prefix}.mode={self.mode} "
                    f"with p_answer={self.p_answer}, p_solution={self.p_solution} never draws; use injected_loss=policy")
         return self
+
+    def _validate_hints(self, prefix: str) -> None:
+        """The ``hint_*`` keys (checked in every mode; used by mode ``hint`` only)."""
+        levels = self.hint_levels
+        _check(isinstance(levels, (list, tuple)) and len(levels) > 0
+               and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in levels)
+               and all(a < b for a, b in zip(levels, levels[1:])), f"{prefix}.hint_levels", levels,
+               "must be a non-empty list of increasing fractions in (0, 1] (of the reference solution's steps)")
+        self.hint_levels = [float(x) for x in levels]
+        _check(_is_int(self.hint_warmup_steps) and self.hint_warmup_steps >= 0, f"{prefix}.hint_warmup_steps",
+               self.hint_warmup_steps, "must be an integer >= 0")
+        _choice(f"{prefix}.hint_placement", self.hint_placement, GEC_HINT_PLACEMENTS)
+        _check(isinstance(self.hint_template, str) and HINT_PLACEHOLDER in self.hint_template,
+               f"{prefix}.hint_template", self.hint_template, f"must contain the placeholder {HINT_PLACEHOLDER}")
+        _choice(f"{prefix}.hint_scope", self.hint_scope, GEC_HINT_SCOPES)
+        from verl_ext.rollout.hints import HINT_RULES  # the rule registry (stdlib only): rules others registered too
+
+        _choice(f"{prefix}.hint_rule", self.hint_rule, sorted(HINT_RULES))
 
     def credit_options(self) -> dict[str, Any]:
         """The credit options that differ from the paper's behaviour (``edit_scope``, ``prefix_advantage``,

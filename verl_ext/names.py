@@ -16,6 +16,17 @@ GEC_AGENT_NAME = "gec_agent"  # the agent loop verl_ext registers (rollout/gec_a
 GEC_EDIT_SCOPES = ("all", "all_wrong_groups")
 GEC_PREFIX_ADVANTAGES = ("after", "before", "zero")
 GEC_INJECTED_LOSSES = ("policy", "shaped")
+# algorithm.gec.mode: GEC's branches (the paper), +Force-R (cue + continuation only), or prompt-side hints
+# (docs/hints.md: a prefix of the reference solution before the policy writes, in all-wrong training groups)
+GEC_MODES = ("gec", "force_reflect", "hint")
+# mode=hint (docs/hints.md; rollout/hints.py): where the hint goes (the assistant turn starts with it, or a template
+# appended to the last user message), and how many members of an all-wrong group get it (one: Scaf-GRPO, the lowest
+# level whose sample is right replaces one member; all: GHPO, the whole group regenerated, level raised while all wrong)
+GEC_HINT_PLACEMENTS = ("assistant_prefix", "user")
+GEC_HINT_SCOPES = ("one", "all")
+# the built-in hint cut rules (rollout/hints.py registers them under these names; register_hint_rule adds others)
+HINT_RULE_MATH = "math"
+HINT_RULE_TOY = "toy"
 
 # A per-row column verl_ext's trainers add to every row they send to rollout while GEC is on: True on training
 # rows, False on validation rows. verl hands row columns to agent loops as keyword arguments, so ``gec_agent``

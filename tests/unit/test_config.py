@@ -316,3 +316,77 @@ def test_gec_with_rollout_router_replay_is_refused_at_start_up(r3, named, mode):
     validate_run_config(_compose("verl_ext", r3))  # GEC off: verl's business
     validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true",
                                               "+actor_rollout_ref.actor.megatron.router_replay.mode=R2"]))
+
+
+# ---------------------------------------------------------------- mode=hint (docs/hints.md)
+
+# every GEC key's default before mode=hint came: the hint keys leave them as they were
+GEC_DEFAULTS_BEFORE_HINTS = {
+    "enable": False, "mode": "gec", "p_reflect": 0.5, "p_answer": 0.25, "p_solution": 0.25,
+    "cue": " Wait! Something is wrong here.", "correct_threshold": 1.0, "max_continuation_tokens": 256,
+    "prompt_length_gate": 256, "mask_injected": False, "solution_key": "solution", "seed": 0, "min_own_tokens": 0,
+    "max_error_frac": 0.0, "edit_scope": "all", "prefix_advantage": "after", "injected_loss": "policy",
+    "shaping_gamma": None, "group_wait_s": None,
+}
+
+
+def test_the_hint_keys_defaults_and_every_other_gec_default_unchanged():
+    cfg = load_algorithm_config(None).gec
+    assert {k: getattr(cfg, k) for k in GEC_DEFAULTS_BEFORE_HINTS} == GEC_DEFAULTS_BEFORE_HINTS
+    assert (cfg.hint_levels, cfg.hint_warmup_steps, cfg.hint_placement, cfg.hint_scope, cfg.hint_rule) == (
+        [0.25, 0.5, 0.75], 0, "assistant_prefix", "one", "math")
+    assert "{hint}" in cfg.hint_template and cfg.hint_template.startswith("\nThe following text is the beginning")
+    hinted = load_algorithm_config({"gec": {"mode": "hint", "hint_levels": [0.5, 1],
+                                            "hint_scope": "all", "hint_placement": "user", "hint_rule": "toy",
+                                            "hint_warmup_steps": 50, "hint_template": "\nHint: {hint}"}}).gec
+    assert hinted.mode == "hint" and hinted.hint_levels == [0.5, 1.0] and hinted.answer_drawable() is None
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        ({"mode": "hints"}, r"algorithm\.gec\.mode='hints' is invalid: must be one of \['gec', 'force_reflect', 'hint'\]"),
+        ({"hint_levels": []}, r"algorithm\.gec\.hint_levels=\[\] is invalid: must be a non-empty list of increasing"),
+        ({"hint_levels": [0.5, 0.25]}, r"algorithm\.gec\.hint_levels=\[0\.5, 0\.25\] is invalid"),
+        ({"hint_levels": [0.5, 0.5]}, r"algorithm\.gec\.hint_levels=\[0\.5, 0\.5\] is invalid"),
+        ({"hint_levels": [0.0, 0.5]}, r"algorithm\.gec\.hint_levels=\[0\.0, 0\.5\] is invalid.*\(0, 1\]"),
+        ({"hint_levels": [0.5, 1.5]}, r"algorithm\.gec\.hint_levels=\[0\.5, 1\.5\] is invalid"),
+        ({"hint_levels": [True]}, r"algorithm\.gec\.hint_levels=\[True\] is invalid"),
+        ({"hint_levels": 0.5}, r"algorithm\.gec\.hint_levels=0\.5 is invalid"),
+        ({"hint_warmup_steps": -1}, r"algorithm\.gec\.hint_warmup_steps=-1 is invalid: must be an integer >= 0"),
+        ({"hint_warmup_steps": 2.5}, r"algorithm\.gec\.hint_warmup_steps=2\.5 is invalid"),
+        ({"hint_placement": "system"}, r"algorithm\.gec\.hint_placement='system'.*\['assistant_prefix', 'user'\]"),
+        ({"hint_template": "Hint: {answer}"}, r"algorithm\.gec\.hint_template='Hint: \{answer\}' is invalid: "
+                                              r"must contain the placeholder \{hint\}"),
+        ({"hint_scope": "some"}, r"algorithm\.gec\.hint_scope='some' is invalid: must be one of \['one', 'all'\]"),
+        ({"hint_rule": "gsm8k"}, r"algorithm\.gec\.hint_rule='gsm8k' is invalid: must be one of \['math', 'toy'\]"),
+    ],
+)
+def test_the_hint_keys_are_validated_with_errors_that_name_them(node, message):
+    with pytest.raises(ConfigError, match=message):
+        load_algorithm_config({"gec": {"mode": "hint", **node}})
+
+
+def test_mode_hint_waits_at_the_group_barrier_so_group_wait_s_applies_to_it():
+    assert load_algorithm_config({"gec": {"mode": "hint", "group_wait_s": 30}}).gec.group_wait_s == 30
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.group_wait_s=30 is invalid"):
+        load_algorithm_config({"gec": {"group_wait_s": 30}})  # mode gec, edit_scope all: still refused
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.injected_loss='shaped'.*mode=hint"):
+        load_algorithm_config({"gec": {"mode": "hint", "injected_loss": "shaped"}})  # nothing injected to shape
+
+
+def test_mode_hint_is_refused_while_the_agent_loop_does_not_run_it():
+    """The gec_agent loop has no hint path yet: with GEC on it would edit with GEC's branches instead."""
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint' is invalid: is not run by the gec_agent loop"):
+        load_algorithm_config({"gec": {"enable": True, "mode": "hint"}})
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint'"):
+        validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", "algorithm.gec.mode=hint"]))
+
+
+def test_the_hint_keys_compose_from_the_command_line():
+    cfg = _compose("verl_ext", ["algorithm.gec.mode=hint",
+                                "algorithm.gec.hint_levels=[0.5,1.0]", "algorithm.gec.hint_scope=all"])
+    gec_cfg = load_algorithm_config(cfg.algorithm).gec
+    assert (gec_cfg.mode, gec_cfg.hint_levels, gec_cfg.hint_scope) == ("hint", [0.5, 1.0], "all")
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.hint_placement='prefix'"):
+        validate_run_config(_compose("verl_ext", ["algorithm.gec.mode=hint", "algorithm.gec.hint_placement=prefix"]))

@@ -207,7 +207,11 @@ def first_generation_budget(cfg, response_length: int, *, cue_tokens: int, answe
     template + EOS (answer injection can be drawn: ``p_answer > 0``, or ``p_solution > 0`` with no usable
     solution). ``answer_tokens`` None means unknown (the row has no ground truth) and reserves nothing for it.
     With ``response_length = 1024 + cue + 256`` this is the original's 1024 + 256. At least 1.
+    Mode ``hint`` edits nothing after the first generation (a hinted sample is a generation of its own): all of
+    ``response_length``.
     """
+    if cfg.mode == "hint":
+        return max(1, int(response_length))
     reserve = 0
     if cfg.mode == "force_reflect" or cfg.p_reflect > 0:
         reserve = int(cue_tokens) + int(cfg.max_continuation_tokens)
