@@ -23,10 +23,10 @@ STEP = ["trainer.total_training_steps=1", "trainer.n_gpus_per_node=2", "ray_kwar
 # legacy: 2 mini-batches of 1 prompt (4 responses per rank), GEC's injected tokens through the shaped loss, whose PPO
 # part is verl's own loss on the policy's tokens (what injected_loss=policy trains every token with)
 LEGACY = ["trainer.use_v1=false", "actor_rollout_ref.actor.ppo_mini_batch_size=1", "algorithm.gec.injected_loss=shaped"]
-# v1: GEC on, its edits without a random draw (each wrong response of an all-wrong group gets the ground-truth answer:
-# v1's branch draws follow the row v1 gives a sample, which changes from run to run; the other group keeps its wrong
-# responses, so advantages are not all zero), one mini-batch (v1's replay buffer orders a step's prompts by a set of
-# fresh uuids, so several mini-batches are not repeatable either; 8 responses per rank); the injected answers through
+# v1: GEC on, its edits without a random draw (each wrong response of an all-wrong group gets the ground-truth answer;
+# the other group keeps its wrong responses, so advantages are not all zero), one mini-batch (8 responses per rank):
+# settings chosen when a seeded v1 step did not repeat (before the toy config's data_order, issue 55), kept as they
+# were; the injected answers through
 # the shaped loss. Both trainers run the shaped loss, not also injected_loss=policy (CI time: a v1-policy pair was
 # dropped): its PPO part is verl's own loss on the sampled tokens, the loss injected_loss=policy trains every token
 # with, and packing changes only how a token's log-prob is computed, the same for an injected token as for a sampled
@@ -46,7 +46,8 @@ PADDED = ["actor_rollout_ref.model.use_remove_padding=false", "actor_rollout_ref
 # wall-clock and memory figures, never equal between two runs
 TIMING = ("timing_s/", "timing_per_token_ms/", "perf/", "time/")
 # verl logs the ranks' token counts before its balancing as well as after: before, they are contiguous slices of the
-# step's rows in the order v1's replay buffer gives them (a set of fresh uuids), so they differ from run to run
+# step's rows in the order v1's replay buffer gives them (with verl's own order, a set of fresh uuids, they differ
+# from run to run; left out of the comparison as before the toy config's data_order)
 V1_ARRIVAL_ORDER = ("global_seqlen/min", "global_seqlen/max", "global_seqlen/minmax_diff")
 # verl averages these per-micro-batch means over the micro-batches (AggregationType.MEAN, verl/workers/utils/losses.py):
 # they depend on how the mini-batch was cut, so they differ when the micro-batches do (the losses do not)
