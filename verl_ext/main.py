@@ -18,7 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import verl_ext.plugin  # noqa: F401  (verl swallows plugin import errors; importing here surfaces them)
-from verl_ext.config import register_structured_configs
+from verl_ext.config import config_value, register_structured_configs
 from verl_ext.cpu import CPU_PLATFORM_ENV, enable_cpu_mode, is_cpu_support_active
 from verl_ext.names import GREEDY_SUFFIX
 from verl_ext.run_checks import validate_run_config
@@ -277,6 +277,15 @@ def check_joined_cluster(config: DictConfig) -> None:
     check_pools_fit(config, joined_cluster_nodes(address, ray_temp_dir(config)), where)
 
 
+def trainer_line(config: DictConfig) -> str:
+    """The line a run prints to say which of verl's trainers it runs."""
+    if config_value(config, "trainer.use_v1", True):
+        mode = config_value(config, "trainer.v1.trainer_mode", "sync")
+        return f"[verl_ext] trainer: verl's v1 trainer, {mode} mode (trainer.use_v1=true)"
+    return ("[verl_ext] trainer: verl's legacy RayPPOTrainer (trainer.use_v1=false; deprecated in verl, which will "
+            "remove it: trainer.use_v1=true runs the v1 trainer)")
+
+
 def run(config: DictConfig) -> None:
     joins = prepare(config)
 
@@ -289,6 +298,7 @@ def run(config: DictConfig) -> None:
     from verl_ext.verl_compat import check_trainers
 
     check_trainers(bool(config.trainer.use_v1))  # here, before Ray starts: a clear error on an unexpected verl
+    print(trainer_line(config), flush=True)
     from verl_ext.trainer.runner import ExtTaskRunnerLegacy, ExtTaskRunnerV1
     started_ray = not ray.is_initialized()  # run_ppo starts Ray if needed and never shuts it down
     metrics_path = run_metrics_file(config)  # before the run: a resumed run writes the next free metrics.N.jsonl

@@ -113,7 +113,10 @@ V1_DEMO_STEPS = 10
 V1_DEMO = [V1, "algorithm.adv_estimator=edge_grpo", "data.train_batch_size=16",
            "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+           # data.seed: verl draws the val_max_samples subset with numpy's default_rng(data.seed), unseeded when null
+           # (the demo's training order is seeded either way: verl's sampler generator has a fixed default seed)
            f"trainer.total_training_steps={V1_DEMO_STEPS}", "trainer.val_before_train=true", "data.val_max_samples=100",
+           "data.seed=42",
            "trainer.rollout_data_dir=rollouts", ENTROPY_GRAD]
 # both tests read the module's one pair of runs: one pytest-xdist work unit
 V1_PAIR = pytest.mark.xdist_group("e2e/test_pipeline/v1_demo")
@@ -132,6 +135,7 @@ def v1_demo_runs(tmp_path_factory):
 @V1_PAIR
 def test_v1_trainer_edge_grpo(v1_demo_runs):
     run, folder = v1_demo_runs[0]
+    assert "[verl_ext] trainer: verl's v1 trainer, sync mode" in run.output  # the embedded default's trainer
     steps = run.metrics()
     validation_untouched_by_gec(steps)
     gec_dump_rendered(folder, steps=V1_DEMO_STEPS, prompts=16)
@@ -178,6 +182,7 @@ def legacy_two_rank_runs(tmp_path_factory):
 @LEGACY_PAIR
 def test_legacy_trainer_edge_grpo_on_two_ranks(legacy_two_rank_runs):
     run, folder = legacy_two_rank_runs[0]
+    assert "[verl_ext] trainer: verl's legacy RayPPOTrainer" in run.output
     steps = run.metrics()
     validation_untouched_by_gec(steps)
     gec_dump_rendered(folder)

@@ -94,3 +94,14 @@ def test_run_metrics_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("VERL_FILE_LOGGER_ROOT", raising=False)
     assert run_metrics_file(cfg(logger=["file"], file_logger_path=None)) == str(tmp_path / "p" / "e.jsonl")
+
+
+def test_a_run_names_its_trainer_and_the_demo_runs_verls_v1():
+    from verl_ext.dry_run import compose_run_config
+    from verl_ext.main import trainer_line
+
+    assert trainer_line(compose_run_config("toy_cpu", [])) == (
+        "[verl_ext] trainer: verl's v1 trainer, sync mode (trainer.use_v1=true)")
+    assert "colocate_async mode" in trainer_line(compose_run_config("toy_cpu", ["trainer.v1.trainer_mode=colocate_async"]))
+    legacy = trainer_line(compose_run_config("toy_cpu", ["trainer.use_v1=false"]))
+    assert "legacy RayPPOTrainer" in legacy and "deprecated" in legacy
