@@ -760,7 +760,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         token_output = await self._generate(level.prompt_ids, budget, sampling_params, output, kwargs,
                                             suffix=f"-hint{level.level}")
         n = min(len(token_output.token_ids), self.response_length)
-        routing = token_output.routed_experts
+        routing = getattr(token_output, "routed_experts", None)
         hinted = output.model_copy(update={
             "prompt_ids": list(level.prompt_ids),
             "response_ids": list(token_output.token_ids[:n]),
