@@ -321,3 +321,42 @@ def test_the_step_metrics_fold_the_rows_fields(tok, reward_path, verl_loop):
     assert (metrics["hint/level0/samples"], metrics["hint/level0/acc"]) == (3.0, 0.0)
     assert (metrics["hint/level1/samples"], metrics["hint/level1/acc"]) == (3.0, 1 / 3)
     assert metrics["hint/level2/samples"] == 0.0 and "hint/level2/acc" not in metrics
+
+
+def test_hinted_rows_reach_verls_batch_as_sampled_rows(tok, reward_path, verl_loop):
+    """verl's own post-processing of a group with one hinted member (legacy columns; v1 dicts): the hint sits in the
+    prompt part, the response mask and rollout log-probs are the hinted generation's, the loop's scores are final (not
+    scored again), every row has the hint columns, and verl_ext's rollout diagnostics count every token as sampled."""
+    import torch
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from verl_ext.trainer.rollout_diagnostics import injected_token_frac, spans_of_rows
+
+    config = hint_config(reward_path, n=3)
+    servers = [HintServer(tok, hinted=[FIRST_RIGHT] * 3) for _ in range(3)]
+    outs = run_group(tok, config, servers, uid="batch")
+    data = base.verl_postprocess(tok, config, outs)
+    columns = data.non_tensor_batch
+    assert [list(columns[k]) for k in hints.HINT_EXTRA_KEYS] == [[0, -1, -1], [[[0, True]], [], []], [""] * 3, [0] * 3]
+    hinted_prompt = prompt_of(tok) + ids(tok, HINTS[0])
+    width = len(outs[0].response_ids)
+    assert data.batch["prompts"][0, -len(hinted_prompt):].tolist() == hinted_prompt  # left-padded, as any prompt
+    assert data.batch["responses"][0, :width].tolist() == servers[0].calls[1]["token_ids"]
+    assert data.batch["response_mask"][0].sum().item() == width
+    assert data.batch["rollout_log_probs"][0, :width].tolist() == servers[0].calls[1]["log_probs"]
+    assert data.batch["rm_scores"].sum(-1).tolist() == [1.0, 0.0, 0.0]
+    spans = spans_of_rows(columns, 3)
+    assert injected_token_frac(data.batch["response_mask"], spans) == 0.0
+    # v1: one dict per sample, the fields inside its extra_fields
+    rows = [o.as_dict() for o in outs]
+    assert rows[0]["extra_fields"][hints.KEY_HINT_LEVEL] == 0
+    assert torch.equal(rows[0]["prompts"], torch.tensor(hinted_prompt))
+    assert len(list_of_dict_to_tensordict(rows)) == 3
+    # what the trainers fold into the step's hint/* metrics: the rows' hint fields, read as GEC's are
+    from verl_ext.trainer.gec_metrics import gec_columns
+
+    for batch in (columns, {"extra_fields": [o.extra_fields for o in outs]}):  # legacy columns; v1 extra_fields
+        cols = gec_columns(batch, 3, keys=hints.HINT_EXTRA_KEYS)
+        fields = [dict(zip(cols, values)) for values in zip(*cols.values())]
+        metrics = hints.hint_step_metrics(fields, ["batch"] * 3, n_levels=3)
+        assert (metrics["hint/groups_hinted"], metrics["hint/replaced"], metrics["hint/level0/acc"]) == (1.0, 1.0, 1.0)
