@@ -270,10 +270,17 @@ def test_scope_all_a_member_failing_at_a_level_stops_its_wrong_siblings(tok, rew
 
 
 def test_validation_rows_are_verls_single_turn(tok, reward_path, verl_loop):
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
     server = HintServer(tok, hinted=[FIRST_RIGHT] * 3)
-    out = run_one(tok, hint_config(reward_path), server, **{base.TRAINING_ROLLOUT_KEY: False})
+    validation = {**row(), base.TRAINING_ROLLOUT_KEY: False}
+    out = base.run_loop(tok, hint_config(reward_path), server, **validation)
     assert len(server.calls) == 1 and out.prompt_ids == prompt_of(tok)
     assert not any(k.startswith(("gec_", "hint_")) for k in out.extra_fields)
+    verls = base.run_loop(tok, hint_config(reward_path), HintServer(tok), agent_cls=SingleTurnAgentLoop, **validation)
+    a, b = out.model_dump(), verls.model_dump()
+    a["metrics"].pop("generate_sequences"), b["metrics"].pop("generate_sequences")
+    assert a == b
 
 
 @pytest.mark.parametrize("step, hinted", [(2, False), (3, True)])
