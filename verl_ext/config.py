@@ -210,11 +210,6 @@ class GecConfig:
 
     def validate(self, prefix: str = "algorithm.gec") -> GecConfig:
         _choice(f"{prefix}.mode", self.mode, GEC_MODES)
-        # until the gec_agent loop runs the hint mode, a run asking for it must not get GEC's branches instead
-        _check(not (self.enable and self.mode == "hint"), f"{prefix}.mode", self.mode,
-               "is not run by the gec_agent loop yet (issue 56: its keys, cut rules and decisions are in, the loop "
-               f"integration is not; docs/hints.md); with {prefix}.enable=true the loop would edit with GEC's branches "
-               "instead. Use mode=gec or force_reflect")
         for name in ("p_reflect", "p_answer", "p_solution"):
             _unit_interval(f"{prefix}.{name}", getattr(self, name))
         total = self.p_reflect + self.p_answer + self.p_solution
@@ -231,6 +226,9 @@ class GecConfig:
         _unit_interval(f"{prefix}.max_error_frac", self.max_error_frac)
         _choice(f"{prefix}.edit_scope", self.edit_scope, GEC_EDIT_SCOPES)
         _choice(f"{prefix}.prefix_advantage", self.prefix_advantage, GEC_PREFIX_ADVANTAGES)
+        _check(self.mode != "hint" or self.prefix_advantage == "after", f"{prefix}.prefix_advantage",
+               self.prefix_advantage, f"credits the tokens before an edit, and {prefix}.mode=hint edits no response (a "
+               "hinted row holds only the policy's sampled tokens); use prefix_advantage=after")
         _choice(f"{prefix}.injected_loss", self.injected_loss, GEC_INJECTED_LOSSES)
         wait = self.group_wait_s
         _check(wait is None or (isinstance(wait, (int, float)) and not isinstance(wait, bool) and 0 < wait < float("inf")),

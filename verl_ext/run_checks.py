@@ -170,7 +170,8 @@ def check_gec_setup(config: Any, ext: ExtAlgorithmConfig) -> None:
             ("algorithm.gepo.logprob_source=rollout", estimator == "gepo" and ext.gepo.logprob_source == "rollout"),
         ) if on
     ]
-    if uses_rollout_logprobs and not gec.mask_injected:  # masked tokens are out of the loss, IS/RS and H_g
+    # masked tokens are out of the loss, IS/RS and H_g; mode=hint injects none (its rows hold only sampled tokens)
+    if uses_rollout_logprobs and not gec.mask_injected and gec.mode != "hint":
         raise ConfigError(
             f"algorithm.gec.enable=true cannot be combined with {', '.join(uses_rollout_logprobs)}: these use the "
             "rollout engine's log-probs as the behaviour policy, and the tokens GEC injects (cue, answer template, "
@@ -245,7 +246,7 @@ def check_gec_router_replay(config: Any, ext: ExtAlgorithmConfig) -> None:
     """GEC's injected tokens carry no rollout routing (a reflection's can be incomplete too); verl zero-fills the
     rows and R3 replays every row but the last, so those tokens would all go to expert 0."""
     settings = rollout_router_replay_settings(config)
-    if ext.gec.enable and settings:
+    if ext.gec.enable and ext.gec.mode != "hint" and settings:  # a hinted row is one generation, routed whole
         raise ConfigError(
             f"algorithm.gec.enable=true cannot be combined with {', '.join(settings)} (MoE rollout router replay, "
             f"R3): the answer template, reference solution and EOS GEC injects were never routed by the rollout "
@@ -312,6 +313,8 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
     """GEC's credit options (docs/gec.md "Credit options") against the rest of the run."""
     gec = ext.gec
     options = gec.credit_options()
+    if gec.enable and gec.mode == "hint":  # it waits at the group barrier whatever edit_scope says
+        check_legacy_group_chunks(config, "algorithm.gec.mode=hint")
     if not options:
         return
     named = ", ".join(f"algorithm.gec.{k}={v}" for k, v in options.items())
@@ -341,15 +344,23 @@ def check_gec_credit_options(config: Any, ext: ExtAlgorithmConfig) -> None:
                     f"algorithm.gec.injected_loss=shaped cannot be combined with {key}: each replaces the actor's loss "
                     "(verl's set_loss_fn) and verl_ext has no loss that does both; use one of them")
         check_shaped_policy_loss(config)
-    if gec.edit_scope == "all_wrong_groups" and not config_value(config, "trainer.use_v1", True):
-        prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
-        workers = int(config_value(config, "actor_rollout_ref.rollout.agent.num_workers", 1) or 1)
-        if prompts % workers:
-            raise ConfigError(
-                f"algorithm.gec.edit_scope=all_wrong_groups with data.train_batch_size={prompts} and "
-                f"actor_rollout_ref.rollout.agent.num_workers={workers}: GEC decides a group's edits in the agent-loop "
-                "worker that runs it, and verl's legacy trainer splits the batch into equal chunks per worker, which "
-                "would cut groups apart; make train_batch_size a multiple of agent.num_workers")
+    if gec.edit_scope == "all_wrong_groups":
+        check_legacy_group_chunks(config, "algorithm.gec.edit_scope=all_wrong_groups")
+
+
+def check_legacy_group_chunks(config: Any, setting: str) -> None:
+    """The agent loop's group barrier (``setting`` uses it) on the legacy trainer: whole groups per worker."""
+    if config_value(config, "trainer.use_v1", True):
+        return
+    prompts = int(config_value(config, "data.train_batch_size", 0) or 0)
+    workers = int(config_value(config, "actor_rollout_ref.rollout.agent.num_workers", 1) or 1)
+    if prompts % workers:
+        raise ConfigError(
+            f"{setting} with data.train_batch_size={prompts} and actor_rollout_ref.rollout.agent.num_workers="
+            f"{workers}: the gec_agent loop decides a group's edits or hints in the agent-loop worker that runs it, and "
+            "verl's legacy trainer "
+            "splits the batch into equal chunks per worker, which would cut groups apart; make train_batch_size a "
+            "multiple of agent.num_workers")
 
 
 def check_gec_remax(config: Any, ext: ExtAlgorithmConfig) -> None:

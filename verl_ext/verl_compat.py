@@ -228,6 +228,12 @@ def check_agent_loop() -> None:
     for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "routed_experts",
                  "multi_modal_data", "mm_processor_kwargs", "extra_fields", "num_turns", "metrics"):
         require(name in fields, f"field {name!r} of AgentLoopOutput", "gec_agent edits the output in place")
+    # mode=hint, hint_placement=user: the hinted prompt is built by the builder verl's single turn builds the row's with
+    require_uses(SingleTurnAgentLoop.run, ("ct_build_initial_tokens",), "SingleTurnAgentLoop.run",
+                 "gec_agent builds a user-placed hint's prompt as verl builds the row's")
+    require_uses(agent_loop.AgentLoopBase.ct_build_initial_tokens, ("continuous_token_builder",
+                                                                      "build_initial_tokens"),
+                 "AgentLoopBase.ct_build_initial_tokens", "gec_agent builds a user-placed hint's prompt with it")
     worker = agent_loop.AgentLoopWorker
     require_uses(worker.generate_sequences, ("non_tensor_batch", "_run_agent_loop"),
                  "AgentLoopWorker.generate_sequences", "rows reach agent loops as keyword arguments")

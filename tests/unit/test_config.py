@@ -375,12 +375,27 @@ def test_mode_hint_waits_at_the_group_barrier_so_group_wait_s_applies_to_it():
         load_algorithm_config({"gec": {"mode": "hint", "injected_loss": "shaped"}})  # nothing injected to shape
 
 
-def test_mode_hint_is_refused_while_the_agent_loop_does_not_run_it():
-    """The gec_agent loop has no hint path yet: with GEC on it would edit with GEC's branches instead."""
-    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint' is invalid: is not run by the gec_agent loop"):
-        load_algorithm_config({"gec": {"enable": True, "mode": "hint"}})
-    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode='hint'"):
-        validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", "algorithm.gec.mode=hint"]))
+HINT_ON = ["algorithm.gec.enable=true", "algorithm.gec.mode=hint"]
+
+
+def test_mode_hint_runs_with_gec_on_and_what_cannot_be_right_is_refused():
+    """The gec_agent loop runs mode=hint (tests/unit/test_hints_loop.py), so GEC on with it starts. A hinted row holds
+    only the policy's sampled tokens: the rollout log-prob users and router replay GEC refuses for its injected tokens
+    are fine; a credit option, which credits the tokens around an edit, is refused; the legacy trainer's group
+    barrier needs whole groups per agent-loop worker, as under edit_scope=all_wrong_groups."""
+    assert load_algorithm_config({"gec": {"enable": True, "mode": "hint"}}).gec.mode == "hint"
+    validate_run_config(_compose("verl_ext", HINT_ON))
+    for sampled_only in (["algorithm.rollout_correction.rollout_is=token",
+                          "actor_rollout_ref.rollout.calculate_log_probs=true"],
+                         ["actor_rollout_ref.rollout.enable_rollout_routing_replay=true"]):
+        validate_run_config(_compose("verl_ext", [*HINT_ON, *sampled_only]))
+        with pytest.raises(ConfigError, match="algorithm.gec.enable=true cannot be combined with"):
+            validate_run_config(_compose("verl_ext", ["algorithm.gec.enable=true", *sampled_only]))
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.prefix_advantage='zero' is invalid: .*mode=hint edits no"):
+        validate_run_config(_compose("verl_ext", [*HINT_ON, "algorithm.gec.prefix_advantage=zero"]))
+    with pytest.raises(ConfigError, match=r"algorithm\.gec\.mode=hint with data\.train_batch_size=16 and .*num_workers=3"):
+        validate_run_config(_compose("verl_ext", [*HINT_ON, "trainer.use_v1=false", "data.train_batch_size=16",
+                                                  "actor_rollout_ref.rollout.agent.num_workers=3"]))
 
 
 def test_the_hint_keys_compose_from_the_command_line():

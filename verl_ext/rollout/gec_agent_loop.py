@@ -1,4 +1,6 @@
-"""``gec_agent``: verl's single-turn agent loop plus Guided Error Correction / +Force-R (training rollouts only).
+"""``gec_agent``: verl's single-turn agent loop plus Guided Error Correction / +Force-R, or prompt-side hints
+(``algorithm.gec.mode=hint``, docs/hints.md: ``GecAgentLoop._hint``, the design at the top of ``rollout/hints.py``),
+on training rollouts only.
 
 Select it with ``actor_rollout_ref.rollout.agent.default_agent_loop=gec_agent`` (or an ``agent_name`` column) and
 turn it on with ``algorithm.gec.enable=true``. With ``enable=false``, and for every validation rollout, ``run``
@@ -67,7 +69,7 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 
 from verl_ext.data_checks import unknown_sampling_keys
 from verl_ext.names import GEC_AGENT_NAME, ROW_SAMPLING_KEYS, TRAINING_ROLLOUT_KEY
-from verl_ext.rollout import gec
+from verl_ext.rollout import gec, hints
 from verl_ext.verl_compat import check_agent_loop, check_agent_loop_sample_keys
 
 logger = logging.getLogger(__name__)
@@ -295,11 +297,13 @@ class GroupFirstAttempts:
             del self._open[key]
         group.notify()
 
-    def join(self, key: Any, size: int) -> None:
-        """A sample of group ``key`` (``size`` samples) started in this worker."""
+    def join(self, key: Any, size: int) -> int:
+        """A sample of group ``key`` (``size`` samples) started in this worker; returns its seat number (0: the
+        first to start)."""
         group = self._group(key, size)
         group.started, group.short_since = group.started + 1, None
         group.notify()
+        return group.started - 1
 
     def failed(self, key: Any, size: int, error: BaseException) -> None:
         """A sample of group ``key`` failed before reporting (its generation or scoring raised, or its task was
@@ -365,9 +369,14 @@ class _Seat:
     size: int
     wait_s: float | None = None
     reported: bool = False
+    number: int = field(init=False, default=0)  # its seat in the group: 0 for the first to start
 
     def __post_init__(self):
-        self.board.join(self.key, self.size)
+        self.number = self.board.join(self.key, self.size)
+
+    def then(self, *suffix: Any) -> _Seat:
+        """A seat of the same sample at a later barrier of its group (key + ``suffix``), e.g. a hint level's."""
+        return _Seat(self.board, (*self.key, *suffix), self.size, self.wait_s)
 
     async def all_wrong(self, correct: bool) -> bool:
         self.reported = True
@@ -390,6 +399,18 @@ class _Plan:
     solution_fits: bool  # solution + EOS fit in rollout.response_length
     first_budget: int  # gec.first_generation_budget
     errors: list[str] = field(default_factory=list)  # what GEC could not use in the row (KEY_ERROR)
+
+
+@dataclass
+class _HintedSample:
+    """One hinted sample of a member (mode ``hint``)."""
+
+    level: int  # index into hint_levels
+    output: AgentLoopOutput  # the row verl builds for the hinted prompt
+    score: float
+    reward_info: dict
+    correct: bool
+    succeeded: bool = False  # its level succeeded (scope one: this sample is right; all: a member's is)
 
 
 def row_sampling_params(sampling_params: dict, extra_info, ignore_unknown: bool = False) -> dict:
@@ -556,19 +577,25 @@ class GecAgentLoop(SingleTurnAgentLoop):
         seat = self._group_seat(kwargs)
         try:  # until the sample reports its first attempt, a failure here must resolve its group (edit_scope)
             output = await self._run_single_turn(first_params, kwargs)
-            return await self._correct(output, sampling_params, kwargs, plan, first_params["max_tokens"], seat)
+            finish = self._hint if self.gec_config.mode == "hint" else self._correct
+            return await finish(output, sampling_params, kwargs, plan, first_params["max_tokens"], seat)
         except BaseException as error:  # cancellation included
             if seat is not None:
                 seat.failed(error)  # no-op once it reported
             raise
 
     def _group_seat(self, kwargs: dict) -> _Seat | None:
-        """The sample's seat in its group under ``edit_scope=all_wrong_groups`` (None under ``all``)."""
-        if self.gec_config.edit_scope != "all_wrong_groups":
+        """The sample's seat in its group under ``edit_scope=all_wrong_groups``, or under mode ``hint`` at a step
+        with hints due (None otherwise)."""
+        cfg = self.gec_config
+        if cfg.mode == "hint":
+            if not hints.hints_due(kwargs.get("global_steps"), cfg.hint_warmup_steps):
+                return None
+        elif cfg.edit_scope != "all_wrong_groups":
             return None
         if kwargs.get("uid") is None:
-            raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups needs each row's uid (verl's "
-                             "trainers pass it to the agent loop); this row has none")
+            raise ValueError("gec_agent: algorithm.gec.edit_scope=all_wrong_groups (and mode=hint) needs each row's "
+                             "uid (verl's trainers pass it to the agent loop); this row has none")
         steps = kwargs.get("global_steps")  # with the uid: a prompt drawn again at another step is another group
         key = (str(kwargs["uid"]), steps.item() if hasattr(steps, "item") else steps)
         return _Seat(_FIRST_ATTEMPTS, key, int(self.rollout_config.n), self.gec_config.group_wait_s)
@@ -599,27 +626,10 @@ class GecAgentLoop(SingleTurnAgentLoop):
             errors.append(f"the row has no reward_model.ground_truth and drew the answer injection ({branch})")
         elif branch in gec.ANSWER_BRANCHES and len(core) + len(plan.answer_ids) + 1 > self.response_length:
             branch = gec.BRANCH_ANSWER_NO_ROOM  # never a cut template (no boxed answer, no EOS)
-        fields = {
-            gec.KEY_BRANCH: branch,
-            gec.KEY_SCORE_BEFORE: float(score_before),
-            gec.KEY_CORRECT_BEFORE: bool(correct_before),
-            gec.KEY_CONTINUATION_TOKENS: 0,
-            gec.KEY_INJECTED_TOKENS: 0,
-            gec.KEY_TRUNCATED: False,
-            gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
-            gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
-            gec.KEY_ERROR: "; ".join(errors),
-        }
-        if self._dumps_rollouts():  # on every row: verl's DataProto.concat needs the same columns in every chunk
-            fields[gec.KEY_FIRST_RESPONSE_IDS] = None
+        fields = self._first_attempt_fields(branch, score_before, correct_before, response_ids,
+                                            first_cap=first_cap, terminator=terminator, errors=errors)
         if branch not in gec.EDIT_BRANCHES:
-            fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(response_ids)]] if response_ids else []
-            output.extra_fields.update(fields)
-            # unedited: verl's reward loop would compute the same score again (the same manager's run_single on the
-            # same input; no reward model with GEC, run_checks.check_gec_reward)
-            output.reward_score = float(score_before)
-            output.extra_fields["reward_extra_info"] = reward_info
-            return output
+            return self._as_sampled(output, fields, score_before, reward_info)
 
         core_seg = gec.Segment(
             ids=core,
@@ -681,6 +691,135 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output.extra_fields.update(fields)
         return output
 
+    # ------------------------------------------------------------ mode hint (docs/hints.md; rollout/hints.py)
+
+    async def _hint(self, output: AgentLoopOutput, sampling_params: dict, kwargs: dict, plan: _Plan,
+                    first_cap: int, seat: _Seat | None) -> AgentLoopOutput:
+        """Mode ``hint``: the first attempt, scored, reported to its group (``seat``; None: hints not due); in an
+        all-wrong group, the hinted samples its scope asks of this member (:meth:`_hinted_samples`), and the one
+        :func:`hints.final_hint_level` picks replaces the first attempt. Every row gets ``hints.HINT_EXTRA_KEYS``
+        and, as a response GEC leaves as sampled, GEC's fields."""
+        cfg = self.gec_config
+        response_ids = list(output.response_ids)
+        score, reward_info = await self._score(list(output.prompt_ids), response_ids, kwargs, output.extra_fields,
+                                               output.num_turns)
+        correct = gec.response_is_correct(cfg, score, reward_info)
+        all_wrong = seat is not None and await seat.all_wrong(correct)
+        branch = gec.BRANCH_GROUP_NOT_ALL_WRONG if seat is not None and not (correct or all_wrong) else gec.BRANCH_NONE
+        fields = self._first_attempt_fields(branch, score, correct, response_ids, first_cap=first_cap,
+                                            terminator=gec.split_terminal(response_ids, self._stop_ids())[1],
+                                            errors=plan.errors)
+        fields.update({hints.KEY_HINT_LEVEL: -1, hints.KEY_HINT_ATTEMPTS: [], hints.KEY_HINT_SKIP: "",
+                       hints.KEY_HINT_TOO_LONG: 0})
+        if not all_wrong:
+            return self._as_sampled(output, fields, score, reward_info)
+        row = hints.plan_row_hints(
+            gec.reference_solution(kwargs.get("extra_info"), cfg.solution_key), fractions=cfg.hint_levels,
+            rule=cfg.hint_rule, hinted_prompt_ids=self._hinted_prompt_builder(output, kwargs),
+            max_prompt_length=self.prompt_length)
+        fields.update({hints.KEY_HINT_SKIP: row.skip, hints.KEY_HINT_TOO_LONG: row.too_long})
+        if not row.levels or not hints.samples_with_hints(cfg.hint_scope, seat.number):
+            return self._as_sampled(output, fields, score, reward_info)
+        samples = await self._hinted_samples(row.levels, output, first_cap, sampling_params, kwargs, seat)
+        fields[hints.KEY_HINT_ATTEMPTS] = [[s.level, s.correct] for s in samples]
+        final = hints.final_hint_level(cfg.hint_scope, [s.succeeded for s in samples])
+        if final is None:  # scope one, no level right: the member keeps its first attempt (Scaf-GRPO)
+            return self._as_sampled(output, fields, score, reward_info)
+        kept = samples[final]
+        fields[hints.KEY_HINT_LEVEL] = kept.level
+        if self._dumps_rollouts():  # the final response no longer holds the first one
+            fields[gec.KEY_FIRST_RESPONSE_IDS] = response_ids
+        return self._as_sampled(kept.output, fields, kept.score, kept.reward_info)
+
+    async def _hinted_samples(self, levels: list[hints.HintLevel], output: AgentLoopOutput, budget: int,
+                              sampling_params: dict, kwargs: dict, seat: _Seat) -> list[_HintedSample]:
+        """This member's hinted samples, lowest level first (:func:`hints.next_hint_level`), until a level succeeds:
+        scope ``one``: its own sample is right; ``all``: a member of the group is right at that level (each level a
+        barrier of its own, the group's key + ``("hint", level)``)."""
+        samples: list[_HintedSample] = []
+        while (i := hints.next_hint_level(len(levels), [s.succeeded for s in samples])) is not None:
+            level = levels[i]
+            if self.gec_config.hint_scope == "one":
+                sample = await self._hinted_sample(level, output, budget, sampling_params, kwargs)
+                sample.succeeded = sample.correct
+            else:
+                level_seat = seat.then("hint", level.level)
+                try:  # until it reports, a failure must resolve the level's barrier for its siblings
+                    sample = await self._hinted_sample(level, output, budget, sampling_params, kwargs)
+                    sample.succeeded = not await level_seat.all_wrong(sample.correct)
+                except BaseException as error:
+                    level_seat.failed(error)  # no-op once it reported
+                    raise
+            samples.append(sample)
+        return samples
+
+    async def _hinted_sample(self, level: hints.HintLevel, output: AgentLoopOutput, budget: int,
+                             sampling_params: dict, kwargs: dict) -> _HintedSample:
+        """The policy's sample given ``level``'s hinted prompt, scored: the output verl's single-turn loop builds
+        for that prompt (the hint is prompt; the response, its mask and rollout log-probs are the generation's)."""
+        token_output = await self._generate(level.prompt_ids, budget, sampling_params, output, kwargs,
+                                            suffix=f"-hint{level.level}")
+        n = min(len(token_output.token_ids), self.response_length)
+        routing = getattr(token_output, "routed_experts", None)
+        hinted = output.model_copy(update={
+            "prompt_ids": list(level.prompt_ids),
+            "response_ids": list(token_output.token_ids[:n]),
+            "response_mask": [1] * n,
+            "response_logprobs": list(token_output.log_probs[:n]) if token_output.log_probs else None,
+            "routed_experts": routing[: len(level.prompt_ids) + self.response_length] if routing is not None else None,
+            "extra_fields": {**output.extra_fields, **(token_output.extra_fields or {})},
+        })
+        score, reward_info = await self._score(hinted.prompt_ids, hinted.response_ids, kwargs, hinted.extra_fields,
+                                               hinted.num_turns)
+        correct = gec.response_is_correct(self.gec_config, score, reward_info)
+        return _HintedSample(level.level, hinted, float(score), reward_info, correct)
+
+    def _hinted_prompt_builder(self, output: AgentLoopOutput, kwargs: dict):
+        """The placement's hinted prompt ids for a hint text: ``assistant_prefix``: the row's prompt ids then the
+        hint's; ``user``: verl's prompt builder (as ``SingleTurnAgentLoop.run``, without its length cap) on the
+        row's messages with ``hint_template`` appended to the last user message."""
+        cfg = self.gec_config
+        if cfg.hint_placement == "assistant_prefix":
+            return lambda text: hints.assistant_prefix_prompt_ids(output.prompt_ids, self._encode(text))
+        mm = output.multi_modal_data or {}
+
+        def user(text: str) -> list[int]:
+            messages = hints.user_hint_messages(list(kwargs["raw_prompt"]), cfg.hint_template, text)
+            return list(self.continuous_token_builder.build_initial_tokens(
+                messages, images=mm.get("images"), videos=mm.get("videos"), audios=mm.get("audios")))
+
+        return user
+
+    def _first_attempt_fields(self, branch: str, score: float, correct: bool, response_ids: list[int], *,
+                              first_cap: int, terminator: int | None, errors: list[str]) -> dict:
+        """The GEC fields (``gec.EXTRA_KEYS`` but the spans) of a sample's first attempt and its branch."""
+        fields = {
+            gec.KEY_BRANCH: branch,
+            gec.KEY_SCORE_BEFORE: float(score),
+            gec.KEY_CORRECT_BEFORE: bool(correct),
+            gec.KEY_CONTINUATION_TOKENS: 0,
+            gec.KEY_INJECTED_TOKENS: 0,
+            gec.KEY_TRUNCATED: False,
+            gec.KEY_RESPONSE_LEN_BEFORE: len(response_ids),
+            gec.KEY_FIRST_HIT_CAP: len(response_ids) >= first_cap and terminator is None,
+            gec.KEY_ERROR: "; ".join(errors),
+        }
+        if self._dumps_rollouts():  # on every row: verl's DataProto.concat needs the same columns in every chunk
+            fields[gec.KEY_FIRST_RESPONSE_IDS] = None
+        return fields
+
+    @staticmethod
+    def _as_sampled(output: AgentLoopOutput, fields: dict, score: float, reward_info: dict) -> AgentLoopOutput:
+        """``output`` returned with its response as the policy sampled it (every token a policy token) and its
+        score final."""
+        fields[gec.KEY_SPANS] = [[gec.SPAN_POLICY, 0, len(output.response_ids)]] if output.response_ids else []
+        output.extra_fields.update(fields)
+        # unedited: verl's reward loop would compute the same score again (the same manager's run_single on the
+        # same input; no reward model with GEC, run_checks.check_gec_reward)
+        output.reward_score = float(score)
+        output.extra_fields["reward_extra_info"] = reward_info
+        return output
+
     async def _continue(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
                         kwargs: dict) -> tuple[list[int], list[float] | None, Any]:
         """The policy's continuation of ``ids`` (original prompt + core + cue), at most ``budget`` tokens:
@@ -688,6 +827,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
         Sent with the first generation's request id: verl's load balancer routes by it (sticky sessions), so the
         continuation lands on the replica that holds prompt + core in its prefix cache."""
+        token_output = await self._generate(ids, budget, sampling_params, output, kwargs)
+        _merge_token_extra(output.extra_fields, token_output.extra_fields or {})
+        lps = list(token_output.log_probs) if token_output.log_probs else None
+        return list(token_output.token_ids), lps, getattr(token_output, "routed_experts", None)
+
+    async def _generate(self, ids: list[int], budget: int, sampling_params: dict, output: AgentLoopOutput,
+                        kwargs: dict, suffix: str = ""):
+        """One more generation of this sample from ``ids``, at most ``budget`` tokens (verl's ``TokenOutput``),
+        with the first generation's multi-modal inputs; its request id is the first generation's plus ``suffix``."""
         params = dict(sampling_params)
         params.pop("max_new_tokens", None)
         params["max_tokens"] = int(budget)
@@ -696,6 +844,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if request_id is None:  # the first generation went by another path: a request of its own
             request_id = (f"det-{priority}-gec" if getattr(self.rollout_config, "full_determinism", False)
                           else uuid4().hex)
+        request_id = f"{request_id}{suffix}"
         mm = output.multi_modal_data or {}
         optional = {}
         # verl 0.9.1's SGLang video payload; verl main (0.10.0.dev) has no such field nor generate argument
@@ -715,6 +864,4 @@ class GecAgentLoop(SingleTurnAgentLoop):
             **optional,
         )
         output.metrics.generate_sequences += time.perf_counter() - start
-        _merge_token_extra(output.extra_fields, token_output.extra_fields or {})
-        lps = list(token_output.log_probs) if token_output.log_probs else None
-        return list(token_output.token_ids), lps, getattr(token_output, "routed_experts", None)
+        return token_output

@@ -16,7 +16,7 @@ This module holds what the ``gec_agent`` loop decides and builds, with no I/O (n
   group ends with (:func:`final_hint_level`);
 * **the step's metrics** from the per-sample fields the loop writes (:func:`hint_step_metrics`).
 
-Integration in the ``gec_agent`` loop (a design, not built yet; ``rollout/gec_agent_loop.py``):
+Integration in the ``gec_agent`` loop (``GecAgentLoop._hint`` in ``rollout/gec_agent_loop.py``):
 
 1. Trigger: a *training* row (``gec.is_training_rollout``: validation rows are never hinted) at a step with
    :func:`hints_due` (``global_steps`` > ``hint_warmup_steps``; verl counts steps from 1) takes its seat in the group
@@ -44,7 +44,10 @@ Integration in the ``gec_agent`` loop (a design, not built yet; ``rollout/gec_ag
    it). verl left-pads prompts to ``data.max_prompt_length``, hence the skip of hints that would not fit.
 5. Per-sample fields (``KEY_*`` below; every training row of a hint run carries all of them, as verl's
    ``DataProto.concat`` needs the same columns in every chunk), folded by :func:`hint_step_metrics` on the driver:
-   groups hinted, samples and accuracy per level, replaced members, skipped groups by cause.
+   groups hinted, samples and accuracy per level, replaced members, skipped groups by cause. Every row also carries
+   GEC's fields (``gec.EXTRA_KEYS``) as for a response GEC leaves as sampled: the first attempt's score and
+   correctness, and ``gec_spans`` marking the final response all policy tokens (verl_ext's rollout diagnostics read
+   the hinted tokens as sampled ones).
 """
 
 from __future__ import annotations
