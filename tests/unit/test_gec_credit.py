@@ -356,7 +356,8 @@ def test_nonsensical_gec_settings_are_refused(options, message):
     (["algorithm.gec.enable=false", "algorithm.gec.prefix_advantage=zero"], "algorithm.gec.enable=false"),
     (["algorithm.adv_estimator=gae", "algorithm.gec.prefix_advantage=before"], "adv_estimator=gae"),
     (["algorithm.gec.injected_loss=shaped", "algorithm.edge_grpo.entropy_grad=true"], "entropy_grad=true"),
-    (["algorithm.gec.edit_scope=all_wrong_groups", "data.train_batch_size=16",
+    # the legacy trainer's rule (a group must sit in one agent-loop worker); the toy's default trainer is v1
+    (["trainer.use_v1=false", "algorithm.gec.edit_scope=all_wrong_groups", "data.train_batch_size=16",
       "actor_rollout_ref.rollout.agent.num_workers=3"], "num_workers=3"),
     # the legacy trainer appends remax's greedy baseline rows (the group's uid, tagged as training rollouts) to the
     # generation batch: GEC would edit the baseline, and under all_wrong_groups count it as an (n+1)-th member

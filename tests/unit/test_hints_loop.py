@@ -359,11 +359,16 @@ def test_hinted_rows_reach_verls_batch_as_sampled_rows(tok, reward_path, verl_lo
     assert rows[0]["extra_fields"][hints.KEY_HINT_LEVEL] == 0
     assert torch.equal(rows[0]["prompts"], torch.tensor(hinted_prompt))
     assert len(list_of_dict_to_tensordict(rows)) == 3
-    # what the trainers fold into the step's hint/* metrics: the rows' hint fields, read as GEC's are
-    from verl_ext.trainer.gec_metrics import gec_columns
+    # the step's hint/* metrics as both trainers fold them (ExtTrainerMixin._gec_metrics), with GEC's
+    from verl_ext.config import load_algorithm_config
+    from verl_ext.trainer.gec_metrics import is_count_metric
+    from verl_ext.trainer.mixin import ExtTrainerMixin
 
+    trainer = ExtTrainerMixin.__new__(ExtTrainerMixin)
+    trainer._ext_config = load_algorithm_config(config.algorithm)
     for batch in (columns, {"extra_fields": [o.extra_fields for o in outs]}):  # legacy columns; v1 extra_fields
-        cols = gec_columns(batch, 3, keys=hints.HINT_EXTRA_KEYS)
-        fields = [dict(zip(cols, values)) for values in zip(*cols.values())]
-        metrics = hints.hint_step_metrics(fields, ["batch"] * 3, n_levels=3)
+        metrics = trainer._gec_metrics(batch, ["batch"] * 3, torch.tensor([1.0, 0.0, 0.0]))
         assert (metrics["hint/groups_hinted"], metrics["hint/replaced"], metrics["hint/level0/acc"]) == (1.0, 1.0, 1.0)
+        assert "gec/acc_before" in metrics
+    assert is_count_metric("hint/replaced") and is_count_metric("hint/level0/samples")
+    assert not is_count_metric("hint/level0/acc")

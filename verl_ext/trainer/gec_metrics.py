@@ -181,9 +181,24 @@ GEC_COUNT_KEYS = frozenset(f"gec/{k}" for k in (
 
 
 def is_count_metric(name: str) -> bool:
-    """A verl_ext metric that counts (a batch of two halves has the halves' sum): GEC's counts and totals and every
-    ``*_count`` (e.g. ``edge_grpo/unscaled_count``, ``verl_ext/singleton_group_count``)."""
-    return name in GEC_COUNT_KEYS or name.startswith("gec/count/") or name.endswith("_count")
+    """A verl_ext metric that counts (a batch of two halves has the halves' sum): GEC's counts and totals, the hint
+    mode's (all ``hint/...`` but the per-level accuracies) and every ``*_count`` (e.g. ``edge_grpo/unscaled_count``,
+    ``verl_ext/singleton_group_count``)."""
+    return (name in GEC_COUNT_KEYS or name.startswith("gec/count/") or name.endswith("_count")
+            or (name.startswith("hint/") and not name.endswith("/acc")))
+
+
+def hint_metrics(non_tensor_batch: dict, uid, n_levels: int) -> dict[str, float]:
+    """The hint mode's step metrics (``hints.hint_step_metrics``) from the batch's per-sample fields, legacy columns
+    or v1 ``extra_fields``; {} when no row carries them."""
+    from verl_ext.rollout.hints import HINT_EXTRA_KEYS, hint_step_metrics
+
+    groups = list(uid)
+    cols = gec_columns(non_tensor_batch, len(groups), keys=HINT_EXTRA_KEYS)
+    if cols is None:
+        return {}
+    fields = [dict(zip(cols, values)) for values in zip(*cols.values())]
+    return hint_step_metrics(fields, groups, n_levels)
 
 
 class GecRolloutError(RuntimeError):

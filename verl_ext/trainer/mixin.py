@@ -24,7 +24,7 @@ from verl_ext.config import ExtAlgorithmConfig, load_algorithm_config
 from verl_ext.trainer.advantage import compute_extension_advantage, is_extension_estimator, verl_step_diagnostics
 from verl_ext.trainer.gec_advantage import EstimatorPass, advantages_with_credit
 from verl_ext.trainer.gec_dump import gec_dump_columns
-from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics
+from verl_ext.trainer.gec_metrics import all_wrong_group_metrics, check_gec_errors, gec_step_metrics, hint_metrics
 from verl_ext.trainer.history_checkpoint import EntropyHistoryMixin
 from verl_ext.trainer.rollout_diagnostics import (
     debug_metrics_on_sampled_tokens,
@@ -78,7 +78,10 @@ class ExtTrainerMixin(EntropyHistoryMixin):
         gec = self.ext_config.gec
         if not gec.enable:
             return {}
-        return gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
+        metrics = gec_step_metrics(non_tensor_batch, uid, final_scores, correct_threshold=gec.correct_threshold)
+        if gec.mode == "hint":
+            metrics.update(hint_metrics(non_tensor_batch, uid, len(gec.hint_levels)))
+        return metrics
 
     def _gec_token_metrics(self, non_tensor_batch: dict, response_mask) -> dict[str, float]:
         """``gec/injected_token_frac``: the share of the step's trained tokens (``response_mask``) GEC injected, so a

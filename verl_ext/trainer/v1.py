@@ -261,7 +261,7 @@ def last_outputs(keys) -> np.ndarray:
 
 # the last component of verl_ext's metric names that report a running count (the step's value is the last)
 RUNNING_COUNTS = ("history_updates", "warmup_batches")
-EXT_METRIC_ROOTS = ("gec", "gepo", "edge_grpo", "verl_ext")
+EXT_METRIC_ROOTS = ("gec", "gepo", "edge_grpo", "verl_ext", "hint")
 
 
 def ext_aggregation(name: str) -> str | None:
