@@ -18,7 +18,8 @@ os.environ.setdefault("VERL_PLATFORM", "cpu")
 # unit tests a module at a time (their module fixtures build toy models, verl engines and Ray clusters once per
 # module, not once per lane). A module not listed keeps its place after the listed ones of its kind.
 E2E_LONGEST_FIRST = ["test_pipeline", "test_two_nodes", "test_compare", "test_vllm_rollout", "test_gpu_settings",
-                     "test_examples_run", "test_combinations", "test_multirun", "test_cpu_pipeline", "test_evaluate",
+                     "test_examples_run", "test_combinations", "test_multirun", "test_hints", "test_cpu_pipeline",
+                     "test_evaluate",
                      "test_toy_build"]
 UNIT_LONGEST_FIRST = ["test_plugin", "test_actor_losses_cluster", "test_cpu_mode", "test_import_first", "test_examples",
                       "test_toy", "test_batch_split_grid", "test_sweeps", "test_packaging", "test_config",
