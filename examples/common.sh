@@ -23,7 +23,7 @@ vx_die() {
 # row means the same on any config: the EDGE-GRPO paper's four rows (grpo, force_r, force_r_eda, edge_grpo), GEC
 # alone on grpo, edge_grpo with the degenerate-edit guard (wrong replies with no token of their own before EOS stay
 # uncorrected: algorithm.gec.min_own_tokens=1, docs/toy.md), EDA alone, GEPO with statistics over the whole batch
-# or per data_source, each GEC branch alone, GEC's credit options, EDA's gradient mode.
+# or per data_source, each GEC branch alone, GEC's credit options, EDA's gradient mode, prompt-side hints.
 vx_method() {
     case "$1" in
         grpo) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=false) ;;
@@ -81,7 +81,16 @@ vx_method() {
                                     algorithm.edge_grpo.entropy_grad=true) ;;
         edge_grpo_grad) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                           algorithm.gec.mode=gec algorithm.edge_grpo.entropy_grad=true) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit edge_grpo_scope_shaped eda_grad edge_grpo_grad)" ;;
+        # prompt-side hints in all-wrong groups (docs/hints.md): one member replaced by the lowest right level
+        # (Scaf-GRPO), the whole group regenerated at a rising level (GHPO), and the first with EDA. On the toy a hint
+        # needs prompt room: pass data.max_prompt_length=64 to every run of the round (docs/hints.md)
+        grpo_hint) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=true algorithm.gec.mode=hint
+                                     algorithm.gec.hint_scope=one) ;;
+        grpo_hint_all) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=true
+                                         algorithm.gec.mode=hint algorithm.gec.hint_scope=all) ;;
+        edge_grpo_hint) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
+                                          algorithm.gec.mode=hint algorithm.gec.hint_scope=one) ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit edge_grpo_scope_shaped eda_grad edge_grpo_grad grpo_hint grpo_hint_all edge_grpo_hint)" ;;
     esac
 }
 

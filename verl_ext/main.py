@@ -111,6 +111,16 @@ def run_dir() -> str:
 OmegaConf.register_new_resolver("verl_ext_run_dir", run_dir, replace=True)
 
 
+TQ_THREADS_ENV = "TQ_NUM_THREADS"  # read by transfer_queue's client and storage at import
+
+
+def transfer_queue_threads() -> int:
+    """TransferQueue's torch threads in CPU mode: its default (8), at most the machine's physical cores."""
+    import psutil
+
+    return max(1, min(8, psutil.cpu_count(logical=False) or 1))
+
+
 def select_platform(config: DictConfig) -> None:
     """CPU mode is explicit (``verl_ext.cpu``): ``trainer.device=cpu`` turns it on here, before verl resolves its
     platform (importing ``verl.trainer.main_ppo`` does) and before Ray starts.
@@ -135,6 +145,11 @@ def select_platform(config: DictConfig) -> None:
         if ray_init.runtime_env.get("env_vars") is None:
             ray_init.runtime_env.env_vars = {}
         ray_init.runtime_env.env_vars[CPU_PLATFORM_ENV] = "cpu"
+        # TransferQueue (verl's v1 trainer) sets torch to TQ_NUM_THREADS threads (default 8) around every put and
+        # get, and warns each time that is more than the physical cores: on a 2-core machine hundreds of warnings a
+        # second, which Ray forwards to the driver. Its own cap, set up front (unless the user set it)
+        if TQ_THREADS_ENV not in ray_init.runtime_env.env_vars and TQ_THREADS_ENV not in os.environ:
+            ray_init.runtime_env.env_vars[TQ_THREADS_ENV] = str(transfer_queue_threads())
 
 
 # ray.init options that only size a cluster Ray starts: Ray refuses them when it joins a running one (ray 2.60

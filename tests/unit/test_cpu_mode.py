@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "hydra_configs")
@@ -208,3 +209,6 @@ def test_main_turns_cpu_mode_on_only_for_a_cpu_config_and_hands_it_to_ray_worker
     toy = out["toy"]
     assert toy["active"] and toy["VERL_PLATFORM"] == "cpu" and toy["device_name"] == "cpu"
     assert toy["env_vars"]["VERL_PLATFORM"] == "cpu" and toy["env_vars"]["NCCL_DEBUG"] == "WARN"  # verl's kept
+    # TransferQueue's torch threads at most the physical cores (else a warning on every put and get)
+    assert 1 <= int(toy["env_vars"]["TQ_NUM_THREADS"]) <= min(8, psutil.cpu_count(logical=False))
+    assert "TQ_NUM_THREADS" not in out["gpu"]["env_vars"]

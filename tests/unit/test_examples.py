@@ -122,11 +122,15 @@ TOY_METHOD_KEYS = {
     "edge_grpo_grad": {"algorithm.edge_grpo.entropy_grad": True},
     "gepo_per_source": {"algorithm.gepo.stats_scope": "per_data_source"},
     "edge_grpo_guard": {"algorithm.gec.min_own_tokens": 1},
+    "grpo_hint": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "one"},
+    "grpo_hint_all": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "all"},
+    "edge_grpo_hint": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "one"},
 }
 
 
 def toy_expect(method: str, seed: str, steps: int, out: str) -> dict:
-    estimator = {"grpo": "grpo", "grpo_gec": "grpo", "gepo": "gepo", "gepo_per_source": "gepo"}.get(method, "edge_grpo")
+    estimator = {"grpo": "grpo", "grpo_gec": "grpo", "gepo": "gepo", "gepo_per_source": "gepo", "grpo_hint": "grpo",
+                 "grpo_hint_all": "grpo"}.get(method, "edge_grpo")
     paths = run_paths("verl_ext_toy", f"toy_{method}_seed{seed}", out)
     paths.update({"data.seed": int(seed), "actor_rollout_ref.rollout.seed": int(seed)})
     exp = {"algorithm.adv_estimator": estimator,
