@@ -27,6 +27,7 @@ from verl_ext.names import (
     GEC_INJECTED_LOSSES,
     GEC_MODES,
     GEC_PREFIX_ADVANTAGES,
+    HINT_PLACEHOLDER,
     HINT_RULE_MATH,
     THRESHOLD_SOURCES,
 )
@@ -134,7 +135,6 @@ class GepoConfig:
 
 
 ANSWER_PLACEHOLDER = "{answer}"
-HINT_PLACEHOLDER = "{hint}"
 # GHPO's words before the hint in the user turn (hkgc-1/GHPO, ghpo_trainer.py), for algorithm.gec.hint_placement=user
 DEFAULT_HINT_TEMPLATE = (
     "\nThe following text is the beginning part of the answer, which you can refer to for solving the problem:\n"

@@ -171,3 +171,108 @@ def check_gec_data(config: Any, gec: GecConfig) -> None:
             f"data.train_files {path}: {count} of {total} rows (first: row {first}) have no reward_model.ground_truth "
             f"(missing, empty or blank), and GEC's answer injection can be drawn for them ({why}); give every row a "
             "ground truth, set algorithm.gec.p_answer=0 (and p_solution=0 or a solution per row), or algorithm.gec.enable=false")
+
+
+HINT_BUDGET_ROWS = 256  # training rows per local parquet file the hint-budget check tokenizes
+
+
+def hinted_prompt_builder(messages: list, gec: GecConfig, tokenizer, template_kwargs: dict | None = None):
+    """A row's hinted prompt ids for a hint text, as ``gec_agent`` builds them for ``hint_placement``: the templated
+    prompt then the hint's ids (``assistant_prefix``), or the template's hint appended to the last user message
+    (``user``)."""
+    from verl_ext.rollout import hints
+
+    def templated(msgs):
+        ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, **(template_kwargs or {}))
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in newer transformers
+
+    if gec.hint_placement == "assistant_prefix":
+        base = templated(messages)
+        return lambda text: hints.assistant_prefix_prompt_ids(base, tokenizer.encode(text, add_special_tokens=False))
+    return lambda text: templated(hints.user_hint_messages(messages, gec.hint_template, text))
+
+
+def hint_prompt_lengths(rows, gec: GecConfig, tokenizer, template_kwargs: dict | None = None) -> list[int]:
+    """Per row with a hintable reference solution: the token length of its shortest hinted prompt (the lowest
+    level, as ``gec_agent`` builds it for ``hint_placement``).
+
+    Args:
+        rows: dicts with the row's ``prompt`` (chat messages) and ``extra_info``.
+        gec: the GEC config (``mode=hint``).
+        tokenizer: the run's tokenizer (``apply_chat_template``, ``encode``).
+        template_kwargs: ``data.apply_chat_template_kwargs`` (verl passes them to the chat template).
+
+    Returns:
+        The lengths, in row order; rows without messages, a solution or a step end are left out.
+    """
+    from verl_ext.rollout import hints
+
+    lengths = []
+    for row in rows:
+        info = row.get("extra_info")
+        solution = info.get(gec.solution_key) if isinstance(info, dict) else None
+        messages = list(row.get("prompt") or [])
+        if not messages or solution is None:
+            continue
+        plan = hints.plan_row_hints(str(solution), fractions=gec.hint_levels[:1], rule=gec.hint_rule,
+                                    hinted_prompt_ids=hinted_prompt_builder(messages, gec, tokenizer, template_kwargs),
+                                    max_prompt_length=1 << 30)
+        if plan.levels:
+            lengths.append(len(plan.levels[0].prompt_ids))
+    return lengths
+
+
+def check_hint_prompt_budget(config: Any, gec: GecConfig, load_tokenizer=None) -> None:
+    """``mode=hint``: a hint is prompt, so it must fit ``data.max_prompt_length`` (``gec_agent`` skips and counts a
+    level that does not, never cuts it). Refused when no hint of the first :data:`HINT_BUDGET_ROWS` training rows of a
+    local parquet file fits, naming the length that would; a warning when some do not. Skipped (with a warning) when
+    the tokenizer cannot be loaded here."""
+    import logging
+
+    if not (gec.enable and gec.mode == "hint"):
+        return
+    data = config_value(config, "data", {})
+    limit = int(config_value(data, "max_prompt_length", 1024))
+    prompt_key = str(config_value(data, "prompt_key", "prompt"))
+    files = list(_local_parquet_files(config_value(data, "train_files", None)))
+    if not files:
+        return
+    log = logging.getLogger(__name__)
+    try:
+        tokenizer = (load_tokenizer or _run_tokenizer)(config)
+    except Exception as e:  # a hub name without network, a custom tokenizer: the rollout counts what does not fit
+        log.warning("algorithm.gec.mode=hint: the hint prompt-length check could not load the tokenizer (%s); "
+                    "hints that do not fit data.max_prompt_length are skipped and counted at rollout "
+                    "(hint/skipped/prompt_too_long)", e)
+        return
+    for path, parquet in files:
+        rows = []
+        for row in _rows(parquet, (prompt_key, f"extra_info.{gec.solution_key}")):
+            rows.append({"prompt": row[prompt_key.split(".")[0]], "extra_info": row.get("extra_info")})
+            if len(rows) >= HINT_BUDGET_ROWS:
+                break
+        template_kwargs = config_value(data, "apply_chat_template_kwargs", None)
+        lengths = hint_prompt_lengths(rows, gec, tokenizer, dict(template_kwargs) if template_kwargs else None)
+        if not lengths:
+            continue
+        over = sum(length > limit for length in lengths)
+        if over == len(lengths):
+            raise ConfigError(
+                f"data.max_prompt_length={limit} leaves no room for a hint with algorithm.gec.mode=hint: in "
+                f"data.train_files {path}, none of the {len(lengths)} rows read has a lowest-level hinted prompt "
+                f"that fits (shortest {min(lengths)} tokens, longest {max(lengths)}; "
+                f"hint_placement={gec.hint_placement}); set data.max_prompt_length >= {max(lengths)}")
+        if over:
+            log.warning("algorithm.gec.mode=hint: %d of %d rows read of %s have no hint that fits "
+                        "data.max_prompt_length=%d (they train unhinted, counted as hint/skipped/prompt_too_long); "
+                        "%d tokens would fit them all", over, len(lengths), path, limit, max(lengths))
+
+
+def _run_tokenizer(config: Any):
+    """The run's tokenizer (``actor_rollout_ref.model``'s path, or ``tokenizer_path``), as verl loads it."""
+    from transformers import AutoTokenizer
+
+    model = config_value(config, "actor_rollout_ref.model", {})
+    path = config_value(model, "tokenizer_path", None) or config_value(model, "path", None)
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=bool(config_value(model, "trust_remote_code",
+                                                                                         False)))

@@ -25,6 +25,7 @@ GEC_MODES = ("gec", "force_reflect", "hint")
 GEC_HINT_PLACEMENTS = ("assistant_prefix", "user")
 GEC_HINT_SCOPES = ("one", "all")
 # the built-in hint cut rules (rollout/hints.py registers them under these names; register_hint_rule adds others)
+HINT_PLACEHOLDER = "{hint}"  # where algorithm.gec.hint_template puts the hint (hint_placement=user)
 HINT_RULE_MATH = "math"
 HINT_RULE_TOY = "toy"
 

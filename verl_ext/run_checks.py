@@ -13,7 +13,7 @@ from typing import Any
 
 from verl_ext.batch_split import check_engine_batch_split, runs_training
 from verl_ext.config import ConfigError, ExtAlgorithmConfig, _check, config_value, load_algorithm_config
-from verl_ext.data_checks import check_gec_data, data_agent_names
+from verl_ext.data_checks import check_gec_data, check_hint_prompt_budget, data_agent_names
 from verl_ext.names import ADV_ESTIMATORS, GEC_AGENT_NAME
 from verl_ext.trainer.v1_replay import has_custom_sampler, sampler_settings
 
@@ -126,6 +126,7 @@ def check_gec_agent_data(config: Any, ext: ExtAlgorithmConfig) -> None:
     """The rows the ``gec_agent`` loop would fail on only at rollout (``verl_ext.data_checks.check_gec_data``)."""
     if config_value(config, "actor_rollout_ref.rollout.agent.default_agent_loop") == GEC_AGENT_NAME or ext.gec.enable:
         check_gec_data(config, ext.gec)
+    check_hint_prompt_budget(config, ext.gec)
 
 
 def check_gec_setup(config: Any, ext: ExtAlgorithmConfig) -> None:

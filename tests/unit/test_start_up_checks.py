@@ -216,3 +216,19 @@ def test_val_only_without_val_before_train_trains_so_a_group_of_one_is_refused()
     _prepared(*one)  # evaluation only: no advantage
     with pytest.raises(ConfigError, match=r"rollout\.n=1 is invalid with algorithm\.adv_estimator=gepo"):
         _prepared(*one, "trainer.val_before_train=false")
+
+
+def test_hints_that_cannot_fit_the_prompt_budget_are_refused_at_start_up():
+    """mode=hint: a hint is prompt. The toy's prompts (~29 tokens) leave no hint room in its 32-token budget: refused,
+    naming the length that fits; that length passes, with the toy's tokenizer and chat template as verl builds them."""
+    hint = ["algorithm.gec.mode=hint", "+toy.train_sources=[toy_chain5]"]
+    with pytest.raises(ConfigError, match=r"data.max_prompt_length=32 leaves no room for a hint") as refused:
+        _prepared(*hint)
+    needed = int(re.search(r"set data.max_prompt_length >= (\d+)", str(refused.value)).group(1))
+    assert 32 < needed <= 64
+    _prepared(*hint, f"data.max_prompt_length={needed}")
+    # the user placement's template (GHPO's sentence, ~110 byte tokens) before the hint in the user turn
+    with pytest.raises(ConfigError, match="hint_placement=user"):
+        _prepared(*hint, "algorithm.gec.hint_placement=user", f"data.max_prompt_length={needed}")
+    _prepared(*hint, "algorithm.gec.hint_placement=user", "data.max_prompt_length=192")
+    _prepared("algorithm.gec.mode=gec")  # GEC's own modes: no hint, no check

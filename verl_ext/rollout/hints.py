@@ -58,8 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_ext.config import HINT_PLACEHOLDER
-from verl_ext.names import GEC_HINT_SCOPES, HINT_RULE_MATH, HINT_RULE_TOY
+from verl_ext.names import GEC_HINT_SCOPES, HINT_PLACEHOLDER, HINT_RULE_MATH, HINT_RULE_TOY
 
 # ---------------------------------------------------------------- cut rules (a function of the task)
 
