@@ -31,9 +31,13 @@ LEGACY = ["trainer.use_v1=false", "actor_rollout_ref.actor.ppo_mini_batch_size=1
 # dropped): its PPO part is verl's own loss on the sampled tokens, the loss injected_loss=policy trains every token
 # with, and packing changes only how a token's log-prob is computed, the same for an injected token as for a sampled
 # one; the shaped loss reads those log-probs of the injected tokens too (gec/credit/off_policy_token_count > 0)
+# The hard split and seed 6: a seeded v1 step one of whose groups is all wrong (answers injected) and the other has
+# a right reply (its wrong ones kept, so advantages are not all zero), found by trying seeds once v1 named its
+# requests by their sample (issue 55); seed 3 of the mixture then drew no all-wrong group
 V1 = ["trainer.use_v1=true", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.gec.p_reflect=0",
       "algorithm.gec.p_answer=1", "algorithm.gec.p_solution=0", "algorithm.gec.edit_scope=all_wrong_groups",
-      "algorithm.gec.injected_loss=shaped"]
+      "algorithm.gec.injected_loss=shaped", "+toy.train_sources=[toy_chain5]", "data.seed=6",
+      "actor_rollout_ref.rollout.seed=6"]
 PRESET_GPU = ["actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_dynamic_bsz=true",
               # max_prompt_length + max_response_length, the least verl accepts: a rank's responses of a mini-batch go
               # into micro-batches by their token counts (verl's log-prob passes follow the actor's keys)
