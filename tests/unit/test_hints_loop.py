@@ -197,14 +197,19 @@ def test_scope_one_replaces_exactly_one_member_and_only_in_all_wrong_groups(tok,
         assert hint_fields(out) == (-1, [], "", 0)
     assert [o.reward_score for o in outs] == [1.0, 0.0, 0.0]  # GRPO over the mixed group
 
-    servers = [HintServer(tok, first=first, hinted=[FIRST_RIGHT] * 3) for first in (FIRST_WRONG, FIRST_RIGHT,
-                                                                                      FIRST_WRONG)]
-    outs = run_group(tok, config, servers, uid="mixed")
-    assert [len(s.calls) for s in servers] == [1, 1, 1]
+    outs = run_unhinted_group(tok, config, (FIRST_WRONG, FIRST_RIGHT, FIRST_WRONG), uid="mixed")
+    assert all(hint_fields(out) == (-1, [], "", 0) for out in outs)
+    assert [o.extra_fields[gec.KEY_BRANCH] for o in outs] == ["group_not_all_wrong", "none", "group_not_all_wrong"]
+
+
+def run_unhinted_group(tok, config, firsts, uid):
+    """A group with a right first attempt (``firsts``): one generation per member, every output as sampled."""
+    servers = [HintServer(tok, first=first, hinted=[FIRST_RIGHT] * 3) for first in firsts]
+    outs = run_group(tok, config, servers, uid=uid)
+    assert [len(s.calls) for s in servers] == [1] * len(firsts)
     for out, server in zip(outs, servers):
         assert_untouched(out, server)
-        assert hint_fields(out) == (-1, [], "", 0)
-    assert [o.extra_fields[gec.KEY_BRANCH] for o in outs] == ["group_not_all_wrong", "none", "group_not_all_wrong"]
+    return outs
 
 
 def test_scope_all_regenerates_the_group_and_raises_the_level_while_it_stays_all_wrong(tok, reward_path, verl_loop):
@@ -237,12 +242,7 @@ def test_scope_all_regenerates_the_group_and_raises_the_level_while_it_stays_all
     assert [hint_fields(o)[0] for o in outs] == [0, 0, 0]
 
     # a right first attempt: nobody is hinted
-    servers = [HintServer(tok, first=first, hinted=[FIRST_RIGHT] * 3) for first in (FIRST_WRONG, FIRST_WRONG,
-                                                                                      FIRST_RIGHT)]
-    outs = run_group(tok, config, servers, uid="mixed")
-    assert [len(s.calls) for s in servers] == [1, 1, 1]
-    for out, server in zip(outs, servers):
-        assert_untouched(out, server)
+    run_unhinted_group(tok, config, (FIRST_WRONG, FIRST_WRONG, FIRST_RIGHT), uid="mixed")
     from verl_ext.rollout.gec_agent_loop import _FIRST_ATTEMPTS
 
     assert not _FIRST_ATTEMPTS._open  # every barrier, first attempts' and levels', was settled and removed
