@@ -245,14 +245,15 @@ def check_hint_prompt_budget(config: Any, gec: GecConfig, load_tokenizer=None) -
                     "hints that do not fit data.max_prompt_length are skipped and counted at rollout "
                     "(hint/skipped/prompt_too_long)", e)
         return
+    template_kwargs = config_value(data, "apply_chat_template_kwargs", None)
+    template_kwargs = dict(template_kwargs) if template_kwargs else None
     for path, parquet in files:
         rows = []
         for row in _rows(parquet, (prompt_key, f"extra_info.{gec.solution_key}")):
             rows.append({"prompt": row[prompt_key.split(".")[0]], "extra_info": row.get("extra_info")})
             if len(rows) >= HINT_BUDGET_ROWS:
                 break
-        template_kwargs = config_value(data, "apply_chat_template_kwargs", None)
-        lengths = hint_prompt_lengths(rows, gec, tokenizer, dict(template_kwargs) if template_kwargs else None)
+        lengths = hint_prompt_lengths(rows, gec, tokenizer, template_kwargs)
         if not lengths:
             continue
         over = sum(length > limit for length in lengths)
@@ -269,10 +270,9 @@ def check_hint_prompt_budget(config: Any, gec: GecConfig, load_tokenizer=None) -
 
 
 def _run_tokenizer(config: Any):
-    """The run's tokenizer (``actor_rollout_ref.model``'s path, or ``tokenizer_path``), as verl loads it."""
-    from transformers import AutoTokenizer
+    """The run's tokenizer (``actor_rollout_ref.model``'s ``tokenizer_path`` or ``path``), by verl's own loader."""
+    from verl.utils import hf_tokenizer
 
     model = config_value(config, "actor_rollout_ref.model", {})
     path = config_value(model, "tokenizer_path", None) or config_value(model, "path", None)
-    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=bool(config_value(model, "trust_remote_code",
-                                                                                         False)))
+    return hf_tokenizer(str(path), trust_remote_code=bool(config_value(model, "trust_remote_code", False)))

@@ -18,6 +18,7 @@ What the subclass adds to verl's step:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
 
@@ -66,11 +67,9 @@ class ExtV1TrainerMixin(ExtTrainerMixin):
         self._ext_fetched_prompts = 0 if settings["data_order"] else None
         if settings["data_order"] or settings["poll_interval"] is not None:
             verl_compat.check_v1_replay_buffer()
-        if settings["data_order"]:
-            with (replaced(trainer_base, "ReplayBuffer", data_order_class(trainer_base.ReplayBuffer)),
-                  replaced(trainer_base, "ReplayBufferAsync", data_order_class(trainer_base.ReplayBufferAsync))):
-                buffer = super()._build_replay_buffer()
-        else:
+        with contextlib.ExitStack() as swapped:  # data_order: verl's two buffer classes, each with DataOrderMixin
+            for name in ("ReplayBuffer", "ReplayBufferAsync") if settings["data_order"] else ():
+                swapped.enter_context(replaced(trainer_base, name, data_order_class(getattr(trainer_base, name))))
             buffer = super()._build_replay_buffer()
         if settings["poll_interval"] is not None:
             buffer.poll_interval = float(settings["poll_interval"])
