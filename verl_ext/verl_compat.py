@@ -344,7 +344,8 @@ def check_cpu_platform() -> None:
 
 
 def check_cpu_mode() -> None:
-    """CPU mode, once the ``cpu`` platform is registered: process group, rollout and checkpoint registries.
+    """CPU mode, once the ``cpu`` platform is registered: process group and rollout registries (the checkpoint
+    registry: :func:`check_cpu_checkpoint_engine`, when a process imports it).
 
     (verl's engine lookup reading ``VERL_ENGINE_DEVICE`` is not checked here: importing the engine module costs
     seconds, and without it verl fails loudly anyway, with "No engine registered for device='cpu'".)"""
@@ -361,6 +362,10 @@ def check_cpu_mode() -> None:
     require_uses(rollout_base.get_rollout_class, ("_ROLLOUT_REGISTRY",), "verl.workers.rollout.base.get_rollout_class")
     require_attrs(replica, "RolloutReplica", "RolloutReplicaRegistry", "TokenOutput")
     require_attrs(replica.RolloutReplicaRegistry, "register")
+
+
+def check_cpu_checkpoint_engine() -> None:
+    """CPU mode's ``cpu`` checkpoint engine, registered once ``verl.checkpoint_engine.base`` is imported."""
     checkpoint = require_module("verl.checkpoint_engine.base")
     require_attrs(checkpoint, "CheckpointEngine", "CheckpointEngineRegistry")
     require_attrs(checkpoint.CheckpointEngineRegistry, "register")

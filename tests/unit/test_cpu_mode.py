@@ -26,6 +26,9 @@ from verl.workers.rollout.replica import RolloutReplicaRegistry
 resolved_at_import = pm._current_platform is not None
 from verl.utils.device import get_device_name
 hooks = sys.modules.get("verl_ext.import_hooks")
+# verl's checkpoint engines (whose hccl engine imports vLLM) are left to the processes that use them
+checkpoint_engines_imported = "verl.checkpoint_engine" in sys.modules or "vllm" in sys.modules
+from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
 print("SNAPSHOT " + json.dumps({
     "plugin_loaded": "verl_ext.plugin" in sys.modules,
@@ -42,6 +45,8 @@ print("SNAPSHOT " + json.dumps({
     "gloo_wrapper": bool(getattr(dist.initialize_global_process_group_ray, "_verl_ext_cpu_patched", False)),
     # separate_async's worker module: CPU mode wraps verl's FSDP2 save to CPU when it is imported
     "sharded_save_hooked": hooks is not None and "verl.experimental.separation.engine_workers" in hooks.watched(),
+    "checkpoint_engines_imported": checkpoint_engines_imported,
+    "cpu_checkpoint_engine": "cpu" in CheckpointEngineRegistry._registry,  # once the registry is imported
 }))
 """
 
@@ -161,7 +166,7 @@ def test_switch_off_leaves_verl_platform_as_stock_verl_chooses_it(runs):
     assert "cpu" not in with_ext["platforms"] and with_ext["platform_class"] != "PlatformCPU"
     assert with_ext["VERL_PLATFORM"] is None and with_ext["VERL_ENGINE_DEVICE"] is None
     assert not (with_ext["hf_replica"] or with_ext["hf_adapter"] or with_ext["gloo_wrapper"]
-                or with_ext["sharded_save_hooked"])
+                or with_ext["sharded_save_hooked"] or with_ext["cpu_checkpoint_engine"])
 
 
 def test_switch_on_selects_the_cpu_platform(runs):
@@ -172,6 +177,9 @@ def test_switch_on_selects_the_cpu_platform(runs):
     assert snap["VERL_ENGINE_DEVICE"] == "cuda"  # engine-class selection only (see verl_ext.cpu.platform)
     assert snap["hf_replica"] and snap["hf_adapter"] and snap["gloo_wrapper"]
     assert snap["sharded_save_hooked"]  # separate_async's pi_old is a copy (verl_ext.cpu.sharded_save)
+    # the cpu checkpoint engine is there once verl's registry is imported, and CPU mode did not import it (nor vLLM,
+    # which verl's hccl engine imports: ~1.2 s of CPU in each of a run's processes that never use an engine)
+    assert snap["cpu_checkpoint_engine"] and not snap["checkpoint_engines_imported"]
 
 
 def test_a_worker_importing_the_hf_server_first_gets_cpu_mode_without_a_plugin_error(runs):

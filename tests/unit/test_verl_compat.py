@@ -20,7 +20,8 @@ def _assert_clear(error: pytest.ExceptionInfo, *names: str) -> None:
 
 @pytest.mark.parametrize("check", ["check_legacy_trainer", "check_v1_trainer", "check_agent_loop",
                                    "check_reward_manager", "check_actor_loss_fn", "check_fsdp_optimizer_config",
-                                   "check_cpu_platform", "check_cpu_mode", "check_file_logger",
+                                   "check_cpu_platform", "check_cpu_mode", "check_cpu_checkpoint_engine",
+                                   "check_file_logger",
                                    "check_plugin_hooks", "check_cpu_sharded_save"])
 def test_checks_pass_on_installed_verl(check):
     getattr(verl_compat, check)()
@@ -59,6 +60,7 @@ def test_fsdp_engine_check_passes():
     ("verl.trainer.ppo.reward.load_reward_manager", "check_reward_manager"),
     ("verl.workers.utils.losses.ppo_loss", "check_actor_loss_fn"),
     ("verl.workers.rollout.base._ROLLOUT_REGISTRY", "check_cpu_mode"),
+    ("verl.checkpoint_engine.base.CheckpointEngineRegistry", "check_cpu_checkpoint_engine"),
 ])
 def test_missing_piece(monkeypatch, target, check):
     monkeypatch.delattr(target)

@@ -11,7 +11,10 @@ When on, it:
   * registers and selects the ``cpu`` platform (``verl_ext.cpu.platform.PlatformCPU``, gloo) via ``VERL_PLATFORM=cpu``;
   * applies the two verl fixes (gloo backend string, ``VERL_ENGINE_DEVICE=cuda`` for engine selection);
   * registers the ``hf`` rollout backend (``actor_rollout_ref.rollout.name=hf``, ``verl_ext.cpu.hf_rollout``);
-  * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async);
+  * registers the ``cpu`` checkpoint engine (``rollout.checkpoint_engine.backend=cpu``, for v1 separate_async) once
+    verl's checkpoint-engine registry is imported (``verl.checkpoint_engine.base``): importing it imports all of
+    verl's engines, whose hccl engine imports vLLM (~1.2 s of CPU a process), which most of a run's processes (the
+    driver, the agent-loop, reward and load-balancer workers, the legacy TaskRunner) never need;
   * stops FSDP2's CPU offload policy from pinning memory (the reference model of a KL loss uses it);
   * makes verl's FSDP2 save of the model to CPU memory keep a copy (``verl_ext.cpu.sharded_save``; separate_async's
     pi_old would otherwise be the parameters the optimizer updates in place);
@@ -34,8 +37,9 @@ _ACTIVE = False
 # registrations that live in modules importing verl at their top; see _register
 _REGISTRATIONS = (
     ("verl_ext.cpu.hf_rollout", "register_hf_rollout"),  # rollout backend "hf"
-    ("verl_ext.cpu.checkpoint_engine", "register_cpu_checkpoint_engine"),  # backend "cpu" (v1 separate_async)
 )
+# the registry module that the cpu checkpoint engine's registration (backend "cpu", v1 separate_async) waits for
+_CHECKPOINT_REGISTRY = "verl.checkpoint_engine.base"
 _DEFERRED: set[str] = set()
 _PLATFORM_MODULE = "verl_ext.cpu.platform"
 _PLATFORM_FUNCTIONS = ("apply_verl_fixes", "install_cpu_platform")
@@ -63,6 +67,7 @@ def activate_cpu_support_if_needed() -> bool:
         _DEFERRED.add(_PLATFORM_MODULE)  # (verl resolves its platform lazily, on first use)
         return False
 
+    from verl_ext.import_hooks import when_imported
     from verl_ext.verl_compat import check_cpu_mode, check_cpu_platform
 
     check_cpu_platform()
@@ -77,6 +82,7 @@ def activate_cpu_support_if_needed() -> bool:
     apply_verl_fixes()
     for module_name, function in _REGISTRATIONS:
         _register(module_name, function)
+    when_imported(_CHECKPOINT_REGISTRY, "register verl_ext's cpu checkpoint engine", _register_checkpoint_engine)
     unpin_cpu_offload_policy()  # the reference model's FSDP2 offload policy pins memory, which needs an accelerator
     install_sharded_save_copy()  # when separate_async's worker module is imported
     vllm_patched = install_vllm_cpu_patches()
@@ -98,6 +104,12 @@ def _register(module_name: str, function: str) -> None:
         _DEFERRED.add(module_name)
         return
     getattr(importlib.import_module(module_name), function)()
+
+
+def _register_checkpoint_engine(registry_module) -> None:
+    """Import hook on ``verl.checkpoint_engine.base``: register the ``cpu`` backend (deferred like the others when
+    ``verl_ext.cpu.checkpoint_engine`` is the module whose import brought the registry in)."""
+    _register("verl_ext.cpu.checkpoint_engine", "register_cpu_checkpoint_engine")
 
 
 def finish_deferred_registration(module_name: str, register: Callable[[], None]) -> None:

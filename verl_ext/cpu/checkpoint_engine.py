@@ -9,7 +9,7 @@ Per update (verl's ``CheckpointEngineManager.update_weights``): ``build_topology
 rank walks the weight generator (gathering full tensors is collective under FSDP), the master rank (actor rank 0)
 copies them to CPU, ``ray.put``s the list once and leaves the reference in a named mailbox actor; every rollout
 worker awaits that reference and yields the tensors to its server adapter; ``finalize`` empties the session.
-Registered by ``verl_ext.cpu`` only in CPU mode.
+Registered by ``verl_ext.cpu`` only in CPU mode, when a process imports verl's checkpoint-engine registry.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
 from verl_ext.cpu import finish_deferred_registration
+from verl_ext.verl_compat import check_cpu_checkpoint_engine
 
 BACKEND = "cpu"
 _MAILBOX = "verl_ext_cpu_checkpoint_mailbox"
@@ -117,6 +118,7 @@ class CPUCheckpointEngine(CheckpointEngine):
 
 def register_cpu_checkpoint_engine() -> None:
     """Importing this module registers the engine; this is the explicit, idempotent entry point."""
+    check_cpu_checkpoint_engine()
     CheckpointEngineRegistry.register(BACKEND)(CPUCheckpointEngine)
 
 
