@@ -22,7 +22,8 @@ shape of a grid of plain configs and checks this model against it):
   each rank's rows into whole mini-batches of ``ppo_mini_batch_size × n / dp`` (``make_iterator`` asserts it), and
   each mini-batch into ``actor.ppo_micro_batch_size_per_gpu``;
 - with dynamic batch size off, ``prepare_micro_batches`` asserts that the micro size divides what it cuts (and fails
-  on a null one); with it on, any number of rows splits.
+  on a null one); with it on, any number of rows splits, but each row must fit the pass's token budget, and v1's
+  padding rows are 128 tokens long whatever the data (a warning, :func:`padding_row_budget_doubts`).
 
 Nothing is split when verl does not train: ``trainer.val_only=true`` returns after the validation before training,
 which verl runs only with ``trainer.val_before_train=true`` (its default); with ``val_before_train=false`` verl ignores
@@ -52,6 +53,11 @@ ACTOR_DYNAMIC_KEY = f"{ACTOR}.use_dynamic_bsz"
 LOG_PROB_DYNAMIC_KEY = f"{ROLLOUT}.log_prob_use_dynamic_bsz"
 REF_DYNAMIC_KEY = f"{REF}.log_prob_use_dynamic_bsz"
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
+# the length of the rows verl 0.9.1's v1 trainer pads a batch with (padding_utils.SYNTHETIC_PADDING_SEQ_LEN; guarded
+# in tests/unit/test_batch_split.py)
+V1_PADDING_ROW_TOKENS = 128
+TOKEN_BUDGET_KEYS = {"actor": (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
+                     "ref": (f"{REF}.log_prob_max_token_len_per_gpu",)}
 
 
 def runs_training(config: Any) -> bool:
@@ -309,6 +315,25 @@ def repaired(b: EngineBatch) -> tuple[dict[str, Any], EngineBatch]:
     return changes, dataclasses.replace(fixed, **micros)
 
 
+def padding_row_budget_doubts(config: Any, b: EngineBatch) -> list[str]:
+    """v1 with dynamic batch size, on a step verl pads: the token budgets of the dynamic passes below the length of
+    verl's padding rows (``V1_PADDING_ROW_TOKENS``), on which ``rearrange_micro_batches`` stops ("max_token_len must
+    be greater than the sequence length"). A warning: verl_ext does not model how Ulysses scales the budget."""
+    if not b.v1 or all(s.rows == b.prompts // b.sync_steps * b.n for s in step_batches(b)):
+        return []
+    roles = ["actor"] if b.actor_dynamic else []
+    roles += ["ref"] if b.ref == "ref" and b.ref_dynamic else []
+    low = [(key, value) for role in roles for key in TOKEN_BUDGET_KEYS[role]
+           if (value := config_value(config, key, None)) is not None and int(value) < V1_PADDING_ROW_TOKENS]
+    if not low:
+        return []
+    padded = step_batches(b)[0]
+    return [f"{', '.join(_setting(k, v) for k, v in low)} with dynamic batch size: the v1 trainer pads this step "
+            f"({padded.how}) with rows of {V1_PADDING_ROW_TOKENS} tokens, longer than that budget, and verl 0.9.1 "
+            f"stops at the first pass that cuts them; set them >= {V1_PADDING_ROW_TOKENS}, or batch sizes that need "
+            "no padding"]
+
+
 def _setting(key: str, value: Any) -> str:
     return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
@@ -320,6 +345,8 @@ def check_engine_batch_split(config: Any, ext: ExtAlgorithmConfig | None = None)
     if b is None:
         return
     problems, doubts = split_problems(b)
+    for budget in padding_row_budget_doubts(config, b):
+        warnings.warn(f"verl_ext: {budget}", stacklevel=2)
     for doubt in doubts:
         warnings.warn(f"verl_ext: {doubt}; verl 0.9.1 may stop there (keep the reference's Ulysses size equal to "
                       "the actor's)", stacklevel=2)

@@ -100,7 +100,7 @@ def trained(steps: dict, n_steps: int = 2) -> None:
     assert max(values["actor/grad_norm"] for values in steps.values()) > 0, steps
 
 
-# gepo on v1: test_combinations.py::test_v1_padded_batch_enters_no_verl_ext_statistic (the same claims, plus padding);
+# gepo on v1: test_gpu_settings.py, the v1 pair (the same claims, plus padding, packing and 2 ranks);
 # verl's own grpo on v1 (GEC on, verl_ext's diagnostics, none of its estimators' metrics): the same v1 pipeline, its
 # advantage routing run by verl's own PPOTrainer._compute_advantage in
 # tests/unit/test_v1_advantage.py::test_credit_options_on_v1_act_on_the_edited_real_rows_and_reach_the_loss[grpo]

@@ -5,6 +5,7 @@ value that works (which verl's own checks then accept)."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 
@@ -232,3 +233,32 @@ def test_hints_that_cannot_fit_the_prompt_budget_are_refused_at_start_up():
         _prepared(*hint, "algorithm.gec.hint_placement=user", f"data.max_prompt_length={needed}")
     _prepared(*hint, "algorithm.gec.hint_placement=user", "data.max_prompt_length=192")
     _prepared("algorithm.gec.mode=gec")  # GEC's own modes: no hint, no check
+
+
+# the v1 GPU-settings step (tests/e2e/test_gpu_settings.py): 4 prompts x 8 in mini-batches of 3 on 2 ranks, which
+# verl pads from 32 rows to 48 with rows of 128 tokens; its first packed run with the toy's 96-token budget stopped
+# in verl's rearrange_micro_batches ("max_token_len must be greater than the sequence length")
+PADDED_V1_DYNAMIC = ["trainer.use_v1=true", "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2",
+                     "data.train_batch_size=4", f"{ACTOR}.ppo_mini_batch_size=3", f"{ACTOR}.use_dynamic_bsz=true",
+                     "actor_rollout_ref.model.use_remove_padding=true"]
+
+
+@pytest.mark.parametrize("budget, padded, warned", [(96, True, True), (128, True, False), (96, False, False)],
+                         ids=["below-padded", "enough", "no-padding"])
+def test_a_token_budget_below_v1s_padding_rows_is_warned_about_when_the_step_is_padded(budget, padded, warned):
+    from verl.trainer.ppo.padding_utils import SYNTHETIC_PADDING_SEQ_LEN
+
+    from verl_ext.batch_split import V1_PADDING_ROW_TOKENS
+
+    assert V1_PADDING_ROW_TOKENS == SYNTHETIC_PADDING_SEQ_LEN  # the length verl's padding rows have
+    settings = [*PADDED_V1_DYNAMIC, f"{ACTOR}.ppo_max_token_len_per_gpu={budget}",
+                f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={budget}"]
+    if not padded:
+        settings.append(f"{ACTOR}.ppo_mini_batch_size=4")  # 32 rows split into whole mini-batches: no padding
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _prepared(*PLAIN, *settings)
+    messages = [str(w.message) for w in caught if "padding" in str(w.message) or "pads" in str(w.message)]
+    assert bool(messages) == warned, messages
+    if warned:
+        assert f"{ACTOR}.ppo_max_token_len_per_gpu={budget}" in messages[0] and ">= 128" in messages[0]
