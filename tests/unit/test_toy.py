@@ -591,3 +591,16 @@ def test_a_warm_up_takes_its_recipes_steps(tok):
         _, sft = toy_build.warm_up(cell, tok)
     assert sft["sft_steps"] == 3 == cell.recipe["steps"]
     assert sft["sft_steps"] != toy_designs.reason_cell(toy_build.DEFAULT_TASK).recipe["steps"]
+
+
+@pytest.mark.parametrize("reply, written", [
+    ("3+5=8+5=13+7=20+2=22#22", 5),  # the whole solution
+    ("3+5=8+5=13+7=20+2=23#23", 3),  # the last total wrong
+    ("3+5=8+6=14+7=21+2=23#23", 1),  # the third operand misread: the hard split's common failure
+    ("3+5=9+5=14+7=21+2=23#23", 0),  # the first total wrong
+    ("3+5=8+5=131+7", 1),  # the second total's digits run on: not written as the solution writes it
+    ("3+5=8+5=13+7=20+2=22", 4),  # every total, no answer
+    ("", 0),
+])
+def test_first_departure_counts_the_totals_written_before_the_reply_leaves_the_solution(reply, written):
+    assert toy_reason.first_departure(toy_reason.DATA_SOURCE_CHAIN, (3, 5, 5, 7, 2), reply) == written

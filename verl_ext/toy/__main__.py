@@ -4,7 +4,9 @@ reuse) the toy assets and print their paths, fingerprint, weights hash and step-
 ``--from-scratch`` runs the reasoning toy's warm-up instead of copying the packaged weights and says whether this
 machine reproduces them; ``--ship`` then writes the build into the package (for a changed recipe).
 ``--figures CHECKPOINT`` measures a run's checkpoint (``<run>/checkpoints/global_step_N``) the way the build measures
-step 0: per data source, sampled and greedy accuracy, length, token entropy, cue use, empty replies, repair rate."""
+step 0: per data source, sampled and greedy accuracy, length, token entropy, cue use, empty replies, repair rate.
+``--departures CHECKPOINT`` (or ``step0``, the packaged model): where its sampled replies to the held-out chains first
+leave the reference solution (how many running totals they wrote right first; 8 replies a prompt)."""
 
 from __future__ import annotations
 
@@ -14,22 +16,30 @@ import json
 from .build import DEFAULT_TASK, TASKS, build_toy_assets, ship_weights, shipped_weights, summarize
 
 
-def print_checkpoint_figures(checkpoint: str, as_json: bool, task: str = DEFAULT_TASK) -> dict:
+def print_checkpoint_figures(checkpoint: str, as_json: bool, task: str = DEFAULT_TASK,
+                             departures: bool = False) -> dict:
     import os
 
     import torch
 
-    from .build import REASON_TASKS, reason_split, reason_step0_figures
+    from .build import REASON_TASKS, reason_departures, reason_split, reason_step0_figures
     from .model import load_checkpoint
 
     if task not in REASON_TASKS:
         raise SystemExit(f"--figures measures a reasoning toy's checkpoint: --task one of {list(REASON_TASKS)}")
-    split = reason_split(task, build_toy_assets(task=task, verbose=False).stats)
+    assets = build_toy_assets(task=task, verbose=False)
+    split = reason_split(task, assets.stats)
 
-    actor = os.path.join(checkpoint, "actor") if os.path.isdir(os.path.join(checkpoint, "actor")) else checkpoint
-    model, tok = load_checkpoint(actor)
+    if checkpoint == "step0":  # the packaged model, an HF folder
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(assets.model_path).eval()
+        tok = AutoTokenizer.from_pretrained(assets.model_path)
+    else:
+        actor = os.path.join(checkpoint, "actor") if os.path.isdir(os.path.join(checkpoint, "actor")) else checkpoint
+        model, tok = load_checkpoint(actor)
     torch.set_num_threads(1)  # the build's figures are measured single-threaded too
-    figures = reason_step0_figures(model, tok, split)
+    figures = (reason_departures if departures else reason_step0_figures)(model, tok, split)
     for source, f in figures.items():
         print(f"{source}: " + " ".join(f"{k}={v}" for k, v in f.items()))
     if as_json:
@@ -47,10 +57,12 @@ def main(argv=None) -> None:
     ap.add_argument("--ship", action="store_true", help="with --from-scratch: write the weights into the package")
     ap.add_argument("--figures", metavar="CHECKPOINT", default=None,
                     help="measure a reasoning-toy checkpoint (<run>/checkpoints/global_step_N) like the build's step 0")
+    ap.add_argument("--departures", metavar="CHECKPOINT", default=None,
+                    help="where a checkpoint's (or step0's) sampled replies first leave the held-out chains' solutions")
     ap.add_argument("--json", action="store_true", help="print the stats manifest (or the figures) as JSON too")
     args = ap.parse_args(argv)
-    if args.figures:
-        print_checkpoint_figures(args.figures, args.json, args.task)
+    if args.figures or args.departures:
+        print_checkpoint_figures(args.figures or args.departures, args.json, args.task, departures=bool(args.departures))
         return
     if args.ship and not args.from_scratch:
         ap.error("--ship needs --from-scratch")

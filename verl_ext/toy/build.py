@@ -229,6 +229,31 @@ def reason_step0_figures(model, tok, split, seed: int = SEED, group_samples: int
     return figures
 
 
+def reason_departures(model, tok, split, samples: int = _reason.VAL_SAMPLES, seed: int = SEED) -> dict:
+    """Per left-to-right data source of ``split`` (not ``toy_bag``, whose order is free), on the held-out prompts,
+    ``samples`` T = 1 replies each: where they first leave the reference solution (``reason.first_departure``).
+
+    Returns:
+        ``{source: {"attempts": n, "after_<k>": replies that wrote k running totals first, ..., "whole": replies
+        that are the whole solution}}``.
+    """
+    out = {}
+    for source in split.val:
+        if source == _reason.DATA_SOURCE_BAG:
+            continue
+        ops = split.val[source]
+        prompts = [_reason.prompt_text(source, o) for o in ops for _ in range(samples)]
+        replies = _model.sample_responses(model, tok, prompts, EVAL_MAX_TOKENS, 1.0, seed=seed + 5)
+        counts: dict[str, int] = {}
+        for i, reply in enumerate(replies):
+            o = ops[i // samples]
+            k = _reason.first_departure(source, o, reply["text"])
+            key = "whole" if k > _reason.n_steps(source, o) else f"after_{k}"
+            counts[key] = counts.get(key, 0) + 1
+        out[source] = {"attempts": len(replies), **dict(sorted(counts.items()))}
+    return out
+
+
 def reason_split(task: str, stats: dict | None = None):
     """A reasoning task's split (``reason.Split``): its design's, with the hard split its build picked (``stats``:
     the build's manifest or the packaged record, which hold it as ``hard_split``) for a selecting design."""

@@ -101,6 +101,32 @@ def wrong_attempt(source: str, operands: tuple[int, ...], rng: random.Random,
     return solution(source, operands, (n_steps(source, operands) - 1, 1), order)
 
 
+def first_departure(source: str, operands: tuple[int, ...], reply: str) -> int:
+    """Where a reply first leaves the reference solution (left to right: ``toy_chain``'s and the hard split's).
+
+    Returns:
+        How many running totals the reply wrote as the solution does (a total's digits, not followed by another
+        digit) before its first differing character: 0 (the first total wrong) .. ``n_steps``; ``n_steps + 1`` when
+        the reply is the whole solution, answer included.
+    """
+    ref = solution(source, operands)
+    same = 0
+    for a, b in zip(ref, reply):
+        if a != b:
+            break
+        same += 1
+    if same == len(ref):
+        return n_steps(source, operands) + 1
+    ends, at = [], ref.find("=")
+    while at >= 0:  # the position after each running total: its digits end where the next "+" or "#" starts
+        end = at + 1
+        while end < len(ref) and ref[end].isdigit():
+            end += 1
+        ends.append(end)
+        at = ref.find("=", end)
+    return sum(end < same or (end == same and not reply[end:end + 1].isdigit()) for end in ends)
+
+
 def final_answer(text: str) -> str:
     """The graded answer: what follows the last ``#`` (stripped), or "" without one."""
     if ANSWER_MARK not in text:
