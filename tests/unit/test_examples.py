@@ -33,7 +33,12 @@ EDGE_ROWS = {
     "force_r": ("grpo", True, "force_reflect", 1287),
     "force_r_eda": ("edge_grpo", True, "force_reflect", 1287),
     "edge_grpo": ("edge_grpo", True, "gec", 1287),
+    # beside the rows: prompt-side hints in Scaf-GRPO's and GHPO's scopes (issue 56), with a hint's prompt room
+    "grpo_hint": ("grpo", True, "hint", 1024),
+    "grpo_hint_all": ("grpo", True, "hint", 1024),
 }
+HINT_ROW_KEYS = {"algorithm.gec.hint_placement": "user", "algorithm.gec.hint_rule": "math",
+                 "data.max_prompt_length": 1024, "algorithm.gec.hint_levels": [0.25, 0.5, 0.75]}
 SUITES = ("aime", "amc", "math500", "minerva", "olympiadbench")
 MIXTURE_ENV = {"MODEL": "/placeholder/models/mix-8b",
                "TRAIN_FILES": "/placeholder/math.parquet,/placeholder/code.parquet",
@@ -76,6 +81,8 @@ def edge_expect(row: str, model: str, batch: str, out: str, **extra) -> dict:
            **run_paths("verl_ext_edge_grpo", f"{row}_{tag}_{batch}_seed{SEED}", out)}
     if mode:
         exp["algorithm.gec.mode"] = mode
+    if mode == "hint":
+        exp.update(HINT_ROW_KEYS, **{"algorithm.gec.hint_scope": "all" if row.endswith("_all") else "one"})
     exp.update(extra)
     return exp
 
