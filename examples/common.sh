@@ -90,7 +90,11 @@ vx_method() {
                                          algorithm.gec.mode=hint algorithm.gec.hint_scope=all) ;;
         edge_grpo_hint) METHOD_OVERRIDES=(algorithm.adv_estimator=edge_grpo algorithm.gec.enable=true
                                           algorithm.gec.mode=hint algorithm.gec.hint_scope=one) ;;
-        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit edge_grpo_scope_shaped eda_grad edge_grpo_grad grpo_hint grpo_hint_all edge_grpo_hint)" ;;
+        # GHPO's scope at the lowest level only: on the toy one running total, short of the step its hard split fails
+        # (docs/toy.md, "Prompt-side hints on the hard split")
+        grpo_hint_low) METHOD_OVERRIDES=(algorithm.adv_estimator=grpo algorithm.gec.enable=true algorithm.gec.mode=hint
+                                         algorithm.gec.hint_scope=all 'algorithm.gec.hint_levels=[0.25]') ;;
+        *) vx_die "unknown method '$1' (one of: grpo force_r force_r_eda edge_grpo grpo_gec edge_grpo_guard eda gepo gepo_per_source gec_answer gec_solution gec_reflect_answer gec_reflect_solution edge_grpo_masked edge_grpo_scope edge_grpo_before edge_grpo_zero edge_grpo_shaped edge_grpo_credit edge_grpo_scope_shaped eda_grad edge_grpo_grad grpo_hint grpo_hint_all edge_grpo_hint grpo_hint_low)" ;;
     esac
 }
 

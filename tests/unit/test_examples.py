@@ -132,12 +132,13 @@ TOY_METHOD_KEYS = {
     "grpo_hint": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "one"},
     "grpo_hint_all": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "all"},
     "edge_grpo_hint": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "one"},
+    "grpo_hint_low": {"algorithm.gec.mode": "hint", "algorithm.gec.hint_scope": "all", "algorithm.gec.hint_levels": [0.25]},
 }
 
 
 def toy_expect(method: str, seed: str, steps: int, out: str) -> dict:
     estimator = {"grpo": "grpo", "grpo_gec": "grpo", "gepo": "gepo", "gepo_per_source": "gepo", "grpo_hint": "grpo",
-                 "grpo_hint_all": "grpo"}.get(method, "edge_grpo")
+                 "grpo_hint_all": "grpo", "grpo_hint_low": "grpo"}.get(method, "edge_grpo")
     paths = run_paths("verl_ext_toy", f"toy_{method}_seed{seed}", out)
     paths.update({"data.seed": int(seed), "actor_rollout_ref.rollout.seed": int(seed)})
     exp = {"algorithm.adv_estimator": estimator,
