@@ -24,8 +24,10 @@ E2E_LONGEST_FIRST = ["test_pipeline", "test_two_nodes", "test_compare", "test_vl
 UNIT_LONGEST_FIRST = ["test_plugin", "test_actor_losses_cluster", "test_cpu_mode", "test_import_first", "test_examples",
                       "test_toy", "test_batch_split_grid", "test_sweeps", "test_packaging", "test_config",
                       "test_hf_rollout", "test_gec", "test_actor_losses"]
-# e2e modules whose tests share a module fixture (one from-scratch toy build): one work unit
-E2E_ONE_UNIT = {"test_toy_build"}
+# e2e modules whose tests share a module fixture (one from-scratch toy build; one two-node Ray cluster): one work unit,
+# else each worker that gets one of its tests builds the fixture again (two two-node clusters at once, beside a third
+# lane's run, took Ray past its 30 s raylet start-up wait in other runs: 2026-12-08)
+E2E_ONE_UNIT = {"test_toy_build", "test_two_nodes"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into work units
