@@ -54,7 +54,7 @@ LOG_PROB_DYNAMIC_KEY = f"{ROLLOUT}.log_prob_use_dynamic_bsz"
 REF_DYNAMIC_KEY = f"{REF}.log_prob_use_dynamic_bsz"
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
 # the length of the rows verl 0.9.1's v1 trainer pads a batch with (padding_utils.SYNTHETIC_PADDING_SEQ_LEN; guarded
-# in tests/unit/test_batch_split.py)
+# in tests/unit/test_start_up_checks.py)
 V1_PADDING_ROW_TOKENS = 128
 TOKEN_BUDGET_KEYS = {"actor": (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
                      "ref": (f"{REF}.log_prob_max_token_len_per_gpu",)}
@@ -319,7 +319,8 @@ def padding_row_budget_doubts(config: Any, b: EngineBatch) -> list[str]:
     """v1 with dynamic batch size, on a step verl pads: the token budgets of the dynamic passes below the length of
     verl's padding rows (``V1_PADDING_ROW_TOKENS``), on which ``rearrange_micro_batches`` stops ("max_token_len must
     be greater than the sequence length"). A warning: verl_ext does not model how Ulysses scales the budget."""
-    if not b.v1 or all(s.rows == b.prompts // b.sync_steps * b.n for s in step_batches(b)):
+    batches = step_batches(b)
+    if not b.v1 or all(s.rows == b.prompts // b.sync_steps * b.n for s in batches):
         return []
     roles = ["actor"] if b.actor_dynamic else []
     roles += ["ref"] if b.ref == "ref" and b.ref_dynamic else []
@@ -327,9 +328,8 @@ def padding_row_budget_doubts(config: Any, b: EngineBatch) -> list[str]:
            if (value := config_value(config, key, None)) is not None and int(value) < V1_PADDING_ROW_TOKENS]
     if not low:
         return []
-    padded = step_batches(b)[0]
     return [f"{', '.join(_setting(k, v) for k, v in low)} with dynamic batch size: the v1 trainer pads this step "
-            f"({padded.how}) with rows of {V1_PADDING_ROW_TOKENS} tokens, longer than that budget, and verl 0.9.1 "
+            f"({batches[0].how}) with rows of {V1_PADDING_ROW_TOKENS} tokens, longer than that budget, and verl 0.9.1 "
             f"stops at the first pass that cuts them; set them >= {V1_PADDING_ROW_TOKENS}, or batch sizes that need "
             "no padding"]
 
